@@ -1,0 +1,97 @@
+// Parameter structs of the public API.
+//
+// Layout conventions (the ones FlashAttention users already have):
+//   dense     q: (batch, seqlen_q, nheads,   head_dim)      "BSHD", last dim contiguous
+//             k: (batch, seqlen_k, nheads_k, head_dim)
+//             v: (batch, seqlen_k, nheads_k, head_dim_v)
+//             out: (batch, seqlen_q, nheads, head_dim_v)
+//             lse: (batch, nheads, seqlen_q) float32
+//   varlen    q: (total_q, nheads, head_dim), k/v: (total_k, nheads_k, head_dim),
+//             out: (total_q, nheads, head_dim_v), lse: (nheads, total_q) float32,
+//             with cu_seqlens_q/k (batch + 1, int32, device) giving each sequence's start.
+//   paged KV  k: (num_pages, page_size, nheads_k, head_dim) with page_table (batch, max_pages).
+// Strides of batch, sequence and head dims may be anything TMA accepts (16-byte multiples); the
+// last dim must be contiguous. Inputs are never written to, except the KV cache when k_new/v_new
+// are given (that is the documented purpose of those fields).
+#pragma once
+
+#include <cstdint>
+
+#include "hopattn/types.hpp"
+
+namespace hopattn {
+
+// A mask is the set of keys each query row may see. Causal and sliding-window masks are one
+// windowed mask: row i (aligned bottom-right, i.e. shifted by seqlen_k - seqlen_q) sees keys
+// j with  i + shift - window_left <= j <= i + shift + window_right, where -1 means unbounded.
+// causal == true is window_right = 0 (window_left unchanged).
+struct MaskArgs {
+  bool causal = false;
+  int32_t window_left = -1;
+  int32_t window_right = -1;
+};
+
+struct FwdParams {
+  TensorView q, k, v;
+  TensorView out;
+  TensorView lse;  // optional for inference; always written when defined
+
+  // Variable length (all optional, int32 device arrays).
+  const int32_t* cu_seqlens_q = nullptr;  // (batch + 1)
+  const int32_t* cu_seqlens_k = nullptr;  // (batch + 1)
+  const int32_t* seqused_q = nullptr;     // (batch): rows beyond are neither read nor written
+  const int32_t* seqused_k = nullptr;     // (batch): keys beyond are ignored
+  int32_t batch_varlen = 0;               // batch size when cu_seqlens_* are given
+  int32_t max_seqlen_q = 0;               // upper bounds, required with cu_seqlens_*
+  int32_t max_seqlen_k = 0;
+
+  float softmax_scale = 0.f;  // 0 means 1/sqrt(head_dim)
+  MaskArgs mask;
+  float softcap = 0.f;  // 0 disables; else scores become softcap * tanh(scores / softcap)
+
+  // FP8 (e4m3) per-(batch, kv-head) descale factors, float32 device arrays of shape
+  // (batch, nheads_k); nullptr means 1.
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+
+  // KV cache / decoding.
+  TensorView page_table;      // (batch, max_pages) int32; k/v are then paged
+  TensorView cache_seqlens;   // (batch,) int32: current length of each cache row
+  TensorView cache_batch_idx; // (batch,) int32: which cache row each batch entry uses
+  TensorView k_new, v_new;    // (batch, seqlen_new, nheads_k, d): appended at cache_seqlens
+
+  int32_t num_splits = 1;  // split-KV; 0 lets the heuristic choose
+  bool pack_gqa = false;   // pack the query heads of one KV head into one tile
+};
+
+struct BwdParams {
+  // The forward inputs and outputs.
+  TensorView q, k, v, out, lse;
+  TensorView dout;
+  TensorView dq, dk, dv;  // written
+
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;
+  const int32_t* seqused_q = nullptr;
+  const int32_t* seqused_k = nullptr;
+  int32_t batch_varlen = 0;
+  int32_t max_seqlen_q = 0;
+  int32_t max_seqlen_k = 0;
+
+  float softmax_scale = 0.f;
+  MaskArgs mask;
+  float softcap = 0.f;
+  bool deterministic = false;
+};
+
+// Merges the partial results of split-KV attention:
+//   out_partial: (num_splits, batch, seqlen, nheads, head_dim) float32
+//   lse_partial: (num_splits, batch, nheads, seqlen) float32
+//   out: (batch, seqlen, nheads, head_dim) fp16/bf16/fp32, lse (batch, nheads, seqlen) optional.
+struct CombineParams {
+  TensorView out_partial, lse_partial;
+  TensorView out, lse;
+};
+
+}  // namespace hopattn

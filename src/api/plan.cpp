@@ -1,0 +1,147 @@
+// plan_* (validate, choose a kernel, size the workspace) and run_* (launch only).
+#include <string>
+
+#include "api/cuda_check.hpp"
+#include "api/validate.hpp"
+#include "hopattn/api.hpp"
+#include "kernels/registry.hpp"
+
+namespace hopattn {
+
+namespace {
+
+using detail::FwdProblem;
+
+kernels::Strides3 row_strides(const TensorView& t, bool varlen) {
+  kernels::Strides3 s;
+  if (varlen) {  // (total, heads, dim)
+    s.row = t.stride[0];
+    s.head = t.stride[1];
+  } else {  // (batch, seqlen, heads, dim)
+    s.batch = t.stride[0];
+    s.row = t.stride[1];
+    s.head = t.stride[2];
+  }
+  return s;
+}
+
+kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const DeviceInfo& dev) {
+  kernels::FwdArgs a;
+  a.q = p.q.data;
+  a.k = p.k.data;
+  a.v = p.v.data;
+  a.out = p.out.data;
+  a.lse = static_cast<float*>(p.lse.data);
+  a.q_stride = row_strides(p.q, prob.varlen);
+  a.k_stride = row_strides(p.k, prob.varlen);
+  a.v_stride = row_strides(p.v, prob.varlen);
+  a.out_stride = row_strides(p.out, prob.varlen);
+  if (p.lse.defined()) {
+    a.lse_batch_stride = prob.varlen ? 0 : p.lse.stride[0];
+    a.lse_head_stride = prob.varlen ? p.lse.stride[0] : p.lse.stride[1];
+  }
+  a.batch = prob.batch;
+  a.seqlen_q = prob.seqlen_q;
+  a.seqlen_k = prob.seqlen_k;
+  a.total_q = static_cast<int>(p.q.shape[0] * (prob.varlen ? 1 : p.q.shape[1]));
+  a.total_k = static_cast<int>(p.k.shape[0] * (prob.varlen ? 1 : p.k.shape[1]));
+  a.nheads = prob.nheads;
+  a.nheads_k = prob.nheads_k;
+  a.head_dim = prob.head_dim;
+  a.cu_seqlens_q = p.cu_seqlens_q;
+  a.cu_seqlens_k = p.cu_seqlens_k;
+  a.seqused_q = p.seqused_q;
+  a.seqused_k = p.seqused_k;
+  a.softmax_scale = prob.softmax_scale;
+  a.softcap = prob.softcap;
+  a.window_left = prob.window_left;
+  a.window_right = prob.window_right;
+  a.num_sms = dev.num_sms > 0 ? dev.num_sms : 132;
+  return a;
+}
+
+const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob) {
+  const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim);
+  if (k == nullptr)
+    detail::not_supported("q", std::string("forward for ") + dtype_name(prob.dtype) + " head dim " +
+                                   std::to_string(prob.head_dim) + " (no such kernel in this build)");
+  return *k;
+}
+
+void check_workspace(const Plan& plan, void* workspace, size_t bytes) {
+  if (bytes < plan.workspace_bytes)
+    throw Error(ErrorCode::kWorkspaceTooSmall, "workspace",
+                "needs " + std::to_string(plan.workspace_bytes) + " bytes, got " + std::to_string(bytes));
+  if (plan.workspace_bytes > 0 && workspace == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "workspace", "is null but the plan needs " +
+                                                              std::to_string(plan.workspace_bytes) + " bytes");
+}
+
+}  // namespace
+
+Plan plan_fwd(const FwdParams& p, const DeviceInfo& dev) {
+  const FwdProblem prob = detail::validate_fwd(p, dev);
+  const kernels::FwdKernel& k = choose_fwd_kernel(prob);
+  Plan plan;
+  plan.device = dev;
+  plan.kernel = k.name;
+  plan.kernel_id = static_cast<int32_t>(&k - kernels::fwd_kernels());
+  plan.workspace_bytes = k.workspace_bytes(make_fwd_args(p, prob, dev));
+  return plan;
+}
+
+void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t workspace_bytes,
+             cudaStream_t stream) {
+  check_workspace(plan, workspace, workspace_bytes);
+  // Re-deriving the problem is host arithmetic only (pointer attributes are not re-queried:
+  // the plan's DeviceInfo is used with queried = false) and keeps run() graph-capture safe.
+  DeviceInfo dev = plan.device;
+  dev.queried = false;
+  const FwdProblem prob = detail::validate_fwd(p, dev);
+  if (prob.empty()) return;
+  const kernels::FwdKernel& k = kernels::fwd_kernels()[plan.kernel_id];
+  if (k.dtype != prob.dtype || k.head_dim != prob.head_dim)
+    throw Error(ErrorCode::kInvalidArgument, "plan", "was made for other parameters (" +
+                                                         std::string(k.name) + ")");
+  k.launch(make_fwd_args(p, prob, dev), workspace, stream);
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+}
+
+Plan plan_bwd(const BwdParams& p, const DeviceInfo& dev) {
+  detail::validate_bwd(p, dev);
+  detail::not_supported("q", "backward pass");
+}
+
+void run_bwd(const Plan& plan, const BwdParams& p, void*, size_t, cudaStream_t) {
+  DeviceInfo dev = plan.device;
+  dev.queried = false;
+  plan_bwd(p, dev);
+}
+
+Plan plan_combine(const CombineParams& p, const DeviceInfo& dev) {
+  detail::validate_combine(p, dev);
+  return Plan{};
+}
+
+void run_combine(const Plan& plan, const CombineParams& p, cudaStream_t) {
+  DeviceInfo dev = plan.device;
+  dev.queried = false;
+  detail::validate_combine(p, dev);
+}
+
+void fwd(const FwdParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const Plan plan = plan_fwd(p, query_device());
+  run_fwd(plan, p, workspace, workspace_bytes, stream);
+}
+
+void bwd(const BwdParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const Plan plan = plan_bwd(p, query_device());
+  run_bwd(plan, p, workspace, workspace_bytes, stream);
+}
+
+void combine(const CombineParams& p, cudaStream_t stream) {
+  const Plan plan = plan_combine(p, query_device());
+  run_combine(plan, p, stream);
+}
+
+}  // namespace hopattn

@@ -1,0 +1,79 @@
+// Validation of the forward call (and of the tensors the backward shares with it).
+#include <cmath>
+#include <string>
+
+#include "api/validate.hpp"
+#include "api/validate_shared.hpp"
+
+namespace hopattn::detail {
+
+namespace {
+
+void check_lse(const TensorView& lse, const AttnShape& s) {
+  if (!lse.defined()) return;
+  check_dtype(lse, "lse", {DType::kFloat32});
+  if (s.varlen)
+    check_shape(lse, "lse", {s.nheads, s.total_q}, "(nheads, total_q)");
+  else
+    check_shape(lse, "lse", {s.batch, s.nheads, s.seqlen_q}, "(batch, nheads, seqlen_q)");
+  check_contiguous(lse, "lse");
+}
+
+void check_fp8_args(const FwdParams& p, DType dtype) {
+  const bool any_descale = p.q_descale || p.k_descale || p.v_descale;
+  if (any_descale && dtype != DType::kFloat8E4M3)
+    fail(p.q_descale ? "q_descale" : p.k_descale ? "k_descale" : "v_descale",
+         std::string("descale factors apply to e4m3 inputs only, q is ") + dtype_name(dtype));
+}
+
+void check_kv_cache_args(const FwdParams& p) {
+  if (p.page_table.defined()) not_supported("page_table", "paged KV cache");
+  if (p.cache_seqlens.defined()) not_supported("cache_seqlens", "KV-cache decoding");
+  if (p.cache_batch_idx.defined()) not_supported("cache_batch_idx", "KV-cache batch indexing");
+  if (p.k_new.defined() || p.v_new.defined())
+    not_supported(p.k_new.defined() ? "k_new" : "v_new", "appending new K/V to a cache");
+  if (p.num_splits < 0) fail("num_splits", "must be >= 0 (0 = heuristic), got " + std::to_string(p.num_splits));
+  if (p.num_splits > 1) not_supported("num_splits", "split-KV (num_splits > 1)");
+  if (p.pack_gqa) not_supported("pack_gqa", "GQA packing");
+}
+
+}  // namespace
+
+FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev) {
+  check_device(dev);
+  const VarlenArgs vl{p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_q, p.seqused_k,
+                      p.batch_varlen, p.max_seqlen_q, p.max_seqlen_k};
+  AttnShape s = check_qkv(p.q, p.k, p.v, vl, dev);
+
+  FwdProblem prob = make_problem(p.q, s);
+  require_defined(p.out, "out");
+  if (prob.dtype == DType::kFloat8E4M3)
+    check_dtype(p.out, "out", {DType::kBFloat16, DType::kFloat16});
+  else
+    check_same_dtype(p.out, "out", p.q, "q");
+  prob.out_dtype = p.out.dtype;
+  check_like_q(p.out, "out", s, s.head_dim_v);
+  check_memory_layout(p.out, "out");
+  check_device_pointer(p.out.data, "out", dev);
+  check_lse(p.lse, s);
+  check_device_pointer(p.lse.data, "lse", dev);
+  prob.has_lse = p.lse.defined();
+
+  check_scalars(p.softmax_scale, p.mask, p.softcap, prob);
+  check_fp8_args(p, prob.dtype);
+  check_device_pointer(p.q_descale, "q_descale", dev);
+  check_device_pointer(p.k_descale, "k_descale", dev);
+  check_device_pointer(p.v_descale, "v_descale", dev);
+  check_kv_cache_args(p);
+  return prob;
+}
+
+void validate_combine(const CombineParams& p, const DeviceInfo& dev) {
+  check_device(dev);
+  require_defined(p.out_partial, "out_partial");
+  require_defined(p.lse_partial, "lse_partial");
+  require_defined(p.out, "out");
+  not_supported("out_partial", "combining split-KV partial results");
+}
+
+}  // namespace hopattn::detail

@@ -1,0 +1,66 @@
+// Small device-side building blocks shared by the kernels: named barriers, warp-uniform ids,
+// register-fragment layout conversions for WGMMA accumulators. Everything not already wrapped by
+// CuTe/CUTLASS is written here with inline PTX.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/numeric_conversion.h>
+
+namespace hopattn::kernels {
+
+using namespace cute;
+
+// Named barriers 1..15 (0 is __syncthreads). Ids are assigned in each kernel's design note.
+CUTLASS_DEVICE void named_barrier_sync(int id, int num_threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+CUTLASS_DEVICE void named_barrier_arrive(int id, int num_threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
+
+// The warp index, read through a shuffle so the compiler knows it is warp-uniform.
+CUTLASS_DEVICE int warp_idx_uniform() {
+  return __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 32, 0);
+}
+
+// WGMMA accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) seen as a (rows, cols) matrix:
+// rows = (2 row halves, MMA_M), cols = (2 adjacent cols, N/8 col groups, MMA_N).
+template <class Layout>
+CUTE_HOST_DEVICE auto acc_as_rowcol(Layout acc) {
+  static_assert(decltype(rank(acc))::value == 3);
+  static_assert(decltype(rank<0>(acc))::value == 3);
+  auto l = acc;
+  return make_layout(make_layout(get<0, 1>(l), get<1>(l)),
+                     make_layout(get<0, 0>(l), get<0, 2>(l), get<2>(l)));
+}
+
+// For 16-bit inputs, the fp32 accumulator of S = Q K^T (N columns) is laid out in registers
+// exactly as the A operand of the next WGMMA with K = N: every two 8-column groups form one
+// k16 slice. ((2, 2, N/8), MMA_M, MMA_N) -> ((2, 2, 2), MMA_M, N/16 * MMA_N).
+template <class Layout>
+CUTE_HOST_DEVICE auto acc_as_a_operand_16bit(Layout acc) {
+  auto m0 = get<0>(acc);  // (2, 2, N/8), compact
+  constexpr int kGroups = decltype(size<2>(m0))::value;
+  static_assert(kGroups % 2 == 0, "tile N must be a multiple of 16");
+  auto k16 = make_layout(make_shape(_2{}, _2{}, _2{}),
+                         make_stride(stride<0>(m0), stride<1>(m0), stride<2>(m0)));
+  auto slices = make_layout(Int<kGroups / 2>{}, stride<2>(m0) * _2{});
+  return make_layout(k16, get<1>(acc), coalesce(make_layout(slices, get<2>(acc))));
+}
+
+// Converts a register tensor of floats to another element type, element by element, in pairs
+// where the element type has a packed conversion.
+template <class To, class Engine, class Layout>
+CUTLASS_DEVICE auto convert_fragment(Tensor<Engine, Layout> const& src) {
+  using From = typename Engine::value_type;
+  constexpr int N = decltype(size(src))::value;
+  auto frag = make_tensor<To>(src.layout());
+  cutlass::NumericArrayConverter<To, From, N> conv;
+  auto in = reinterpret_cast<cutlass::Array<From, N> const*>(src.data());
+  *reinterpret_cast<cutlass::Array<To, N>*>(frag.data()) = conv(*in);
+  return frag;
+}
+
+}  // namespace hopattn::kernels

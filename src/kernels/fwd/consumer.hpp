@@ -1,0 +1,221 @@
+// The consumer warpgroups: per tile, S = Q K^T (SS-WGMMA), mask, online softmax, and
+// O += P V (RS-WGMMA with P converted in registers), then the epilogue.
+//
+// Schedule (kIntraWgOverlap, Algorithm 2 of the paper), key blocks n_end-1 down to n_begin:
+//   first block:   S = Q K_n ; wait ; softmax -> P
+//   each next n:   issue S = Q K_n ; issue O += P V_{n+1} ; wait S ; softmax(S) ;
+//                  wait PV ; rescale O ; P = S
+//   last:          O += P V_{n_begin} ; wait
+// so the softmax of block n runs while the tensor cores do P V of block n+1.
+// Pingpong: with two or more consumer warpgroups, each warpgroup issues its GEMMs only when it
+// holds the token (named barrier), and hands it on right after issuing, so one warpgroup's
+// softmax overlaps the other's GEMMs.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernels/common/device_utils.hpp"
+#include "kernels/fwd/epilogue.hpp"
+#include "kernels/fwd/mask.hpp"
+#include "kernels/fwd/params.hpp"
+#include "kernels/fwd/pipeline.hpp"
+#include "kernels/fwd/softmax.hpp"
+#include "kernels/fwd/tile_scheduler.hpp"
+
+namespace hopattn::kernels::fwd {
+
+// Named barrier ids used by the forward kernel (0 is __syncthreads).
+constexpr int kPingpongBarrierBase = 1;  // 1 + w: "warpgroup w may issue its GEMMs"
+
+// Issues one warpgroup-wide GEMM c (+)= a * b over all k slices and commits it as a batch.
+// kARegs: A comes from registers (RS) rather than shared-memory descriptors (SS).
+template <bool kZeroInit, bool kARegs, class Mma, class TA, class TB, class TC>
+__device__ __forceinline__ void issue_wgmma(Mma& mma, TA& a, TB const& b, TC& c) {
+  using namespace cute;
+  if constexpr (kARegs) warpgroup_fence_operand(a);
+  warpgroup_fence_operand(c);
+  warpgroup_arrive();
+  if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int k = 0; k < size<2>(a); ++k) {
+    gemm(mma, a(_, _, k), b(_, _, k), c);
+    mma.accumulate_ = GMMA::ScaleOut::One;
+  }
+  warpgroup_commit_batch();
+  warpgroup_fence_operand(c);
+  if constexpr (kARegs) warpgroup_fence_operand(a);
+}
+
+template <int kNumWgs>
+struct Pingpong {
+  bool enabled;
+  int wg;
+  __device__ __forceinline__ void start_tile_stream() const {
+    // The last warpgroup "hands over" first, so warpgroup 0 issues first.
+    if (enabled && wg == kNumWgs - 1) named_barrier_arrive(kPingpongBarrierBase + 0, 256);
+  }
+  __device__ __forceinline__ void acquire() const {
+    if (enabled) named_barrier_sync(kPingpongBarrierBase + wg, 256);
+  }
+  __device__ __forceinline__ void hand_over() const {
+    if (enabled) named_barrier_arrive(kPingpongBarrierBase + (wg + 1) % kNumWgs, 256);
+  }
+};
+
+template <class T>
+struct Consumer {
+  using Element = typename T::Element;
+  static constexpr int kRows = 2;  // accumulator rows a thread owns in its 64-row slice
+
+  const FwdKernelParams<T>& p;
+  typename T::SharedStorage& smem;
+  int tid;  // 0 .. kNumConsumerThreads-1
+  Pingpong<T::kNumConsumerWgs> pingpong;
+  PipeState<T::kStages> kv;
+  uint32_t q_phase = 0;
+
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ void scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
+                                                  const WindowMask<T::kBlockM, T::kBlockN>& mask,
+                                                  int m_block, int n, OnlineSoftmax<kRows>& softmax,
+                                                  float (&o_scale)[kRows]) {
+    using namespace cute;
+    Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));
+    if (p.use_softcap) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fast_tanh(tSrS(i) * p.softcap_prescale);
+    }
+    if (mask.block_needs_mask(m_block, n)) {
+      Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
+      mask.apply(s_rc, c_rc, m_block, n);
+    }
+    if (first) softmax.template step<true>(s_rc, o_scale);
+    else softmax.template step<false>(s_rc, o_scale);
+  }
+
+  template <class TensorO>
+  __device__ __forceinline__ void rescale_output(TensorO& tOrO, const float (&o_scale)[kRows]) {
+    using namespace cute;
+    Tensor o_rc = make_tensor(tOrO.data(), acc_as_rowcol(tOrO.layout()));
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(o_rc); ++i) {
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(o_rc); ++j) o_rc(i, j) *= o_scale[i];
+    }
+  }
+
+  __device__ void run(const TileScheduler& sched) {
+    using namespace cute;
+    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename T::SmemLayoutQ{});
+    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename T::SmemLayoutK{});
+    Tensor sVt = make_tensor(make_smem_ptr(smem.v.data()), typename T::SmemLayoutVt{});
+    typename T::MmaQK mma_qk;
+    typename T::MmaPV mma_pv;
+    auto thr_qk = mma_qk.get_thread_slice(tid);
+    auto thr_pv = mma_pv.get_thread_slice(tid);
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+    Tensor tSrK = thr_qk.partition_fragment_B(sK);    // (MMA, N, K, stage)
+    Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (MMA, d, keys, stage)
+    Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<T::kBlockM>, Int<T::kBlockN>>{}));
+    Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<T::kBlockM>, Int<T::kHeadDim>>{}));
+
+    pingpong.start_tile_stream();
+    for (int tile = blockIdx.x; tile < sched.num_tiles; tile += gridDim.x) {
+      const TileCoord c = sched.decode(tile);
+      const SeqInfo si = seq_info(p, c.batch);
+      if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
+      const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
+      int n_begin, n_end;
+      mask.block_range(c.m_block, n_begin, n_end);
+
+      Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<T::kBlockM>, Int<T::kHeadDim>>{});
+      clear(tOrO);
+      OnlineSoftmax<kRows> softmax(p.scale_log2);
+      if (n_end > n_begin) {
+        wait_full(smem.q_full, q_phase);
+        q_phase ^= 1;
+        mainloop(mma_qk, mma_pv, tSrQ, tSrK, tOrVt, tScS, tOrO, softmax, mask, c.m_block, n_begin, n_end);
+      }
+      Epilogue<T>::store(p, tOrO, tOcO, softmax, c, si, tid);
+    }
+  }
+
+  template <class MmaQK, class MmaPV, class TQ, class TK, class TV, class TC, class TO>
+  __device__ __forceinline__ void mainloop(MmaQK& mma_qk, MmaPV& mma_pv, TQ& tSrQ, TK& tSrK, TV& tOrVt,
+                                           const TC& tScS, TO& tOrO, OnlineSoftmax<kRows>& softmax,
+                                           const WindowMask<T::kBlockM, T::kBlockN>& mask, int m_block,
+                                           int n_begin, int n_end) {
+    using namespace cute;
+    float o_scale[kRows];
+    auto scores = [&] { return partition_fragment_C(mma_qk, Shape<Int<T::kBlockM>, Int<T::kBlockN>>{}); };
+    auto as_p = [&](auto& tSrS) {
+      auto frag = convert_fragment<Element>(tSrS);
+      return make_tensor(frag.data(), acc_as_a_operand_16bit(frag.layout()));
+    };
+
+    if constexpr (T::kIntraWgOverlap) {
+      // First block: S only.
+      Tensor tSrS = scores();
+      pingpong.acquire();
+      wait_full(smem.k_full[kv.stage], kv.phase);
+      issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, kv.stage), tSrS);
+      pingpong.hand_over();
+      warpgroup_wait<0>();
+      release(smem.k_empty[kv.stage]);
+      scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, softmax, o_scale);
+      auto tOrP = as_p(tSrS);
+      PipeState<T::kStages> v_prev = kv;
+      kv.advance();
+      for (int n = n_end - 2; n >= n_begin; --n) {
+        Tensor tSrS_next = scores();
+        pingpong.acquire();
+        wait_full(smem.k_full[kv.stage], kv.phase);
+        issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, kv.stage), tSrS_next);
+        wait_full(smem.v_full[v_prev.stage], v_prev.phase);
+        issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_prev.stage), tOrO);
+        pingpong.hand_over();
+        warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
+        release(smem.k_empty[kv.stage]);
+        scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, softmax, o_scale);
+        warpgroup_wait<0>();
+        release(smem.v_empty[v_prev.stage]);
+        rescale_output(tOrO, o_scale);
+        auto tOrP_next = as_p(tSrS_next);
+        cute::copy(tOrP_next, tOrP);
+        v_prev = kv;
+        kv.advance();
+      }
+      release(smem.q_empty);  // every Q K^T of this tile has completed
+      pingpong.acquire();
+      wait_full(smem.v_full[v_prev.stage], v_prev.phase);
+      issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_prev.stage), tOrO);
+      pingpong.hand_over();
+      warpgroup_wait<0>();
+      release(smem.v_empty[v_prev.stage]);
+    } else {
+      // Ablation: no intra-warpgroup overlap; each GEMM is waited for before the softmax.
+      for (int n = n_end - 1; n >= n_begin; --n) {
+        Tensor tSrS = scores();
+        pingpong.acquire();
+        wait_full(smem.k_full[kv.stage], kv.phase);
+        issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, kv.stage), tSrS);
+        pingpong.hand_over();
+        warpgroup_wait<0>();
+        release(smem.k_empty[kv.stage]);
+        if (n == n_begin) release(smem.q_empty);
+        scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, softmax, o_scale);
+        if (n != n_end - 1) rescale_output(tOrO, o_scale);
+        auto tOrP = as_p(tSrS);
+        pingpong.acquire();
+        wait_full(smem.v_full[kv.stage], kv.phase);
+        issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, kv.stage), tOrO);
+        pingpong.hand_over();
+        warpgroup_wait<0>();
+        release(smem.v_empty[kv.stage]);
+        kv.advance();
+      }
+    }
+  }
+};
+
+}  // namespace hopattn::kernels::fwd

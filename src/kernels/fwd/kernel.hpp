@@ -1,0 +1,46 @@
+// The forward kernel: one CTA per SM (persistent), warpgroup 0 produces, warpgroups 1..
+// consume. See docs/design/fwd.md for the schedule and the meaning of each barrier.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "kernels/common/device_utils.hpp"
+#include "kernels/fwd/consumer.hpp"
+#include "kernels/fwd/params.hpp"
+#include "kernels/fwd/pipeline.hpp"
+#include "kernels/fwd/producer.hpp"
+#include "kernels/fwd/tile_scheduler.hpp"
+
+namespace hopattn::kernels::fwd {
+
+template <class T>
+__global__ void __launch_bounds__(T::kNumThreads, 1)
+    attention_fwd_kernel(const __grid_constant__ FwdKernelParams<T> p) {
+  extern __shared__ __align__(1024) char smem_bytes[];
+  auto& smem = *reinterpret_cast<typename T::SharedStorage*>(smem_bytes);
+  const int warp = warp_idx_uniform();
+  const int warpgroup = warp / 4;
+
+  if (warp == 0 && cute::elect_one_sync()) {
+    init_barriers<typename T::SharedStorage, T::kStages>(smem, T::kNumConsumerThreads);
+    cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+  }
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  const TileScheduler sched{p.num_m_blocks, p.nheads, p.num_tiles, p.heads_per_l2_section, p.longest_first};
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if (warp == 0 && cute::elect_one_sync()) producer_loop<T>(p, smem, sched);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
+    const int tid = int(threadIdx.x) - 128;
+    Consumer<T> consumer{p, smem, tid, {p.pingpong, tid / 128}};
+    consumer.run(sched);
+  }
+}
+
+}  // namespace hopattn::kernels::fwd

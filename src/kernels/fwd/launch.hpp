@@ -1,0 +1,116 @@
+// Host side of the forward kernel: TMA descriptors, scheduler sizing, launch.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <cute/tensor.hpp>
+
+#include "api/cuda_check.hpp"
+#include "kernels/fwd/kernel.hpp"
+#include "kernels/fwd_args.hpp"
+
+namespace hopattn::kernels::fwd {
+
+// TMA needs every stride to be a multiple of 16 bytes, even for dims of extent 1 whose stride is
+// never used; give those a harmless legal value.
+inline int64_t tma_stride(int64_t stride, int64_t extent, int64_t fallback) {
+  return extent <= 1 ? fallback : stride;
+}
+
+template <class T>
+auto make_gmem_view(const void* ptr, const Strides3& s, int rows, int heads, int batch, bool varlen) {
+  using namespace cute;
+  using Element = typename T::Element;
+  const int64_t legal = 16 / int64_t(sizeof(Element)) * 8;  // any multiple of 16 bytes
+  auto shape = make_shape(int32_t(rows), int32_t(T::kHeadDim), int32_t(heads), int32_t(varlen ? 1 : batch));
+  auto stride = make_stride(tma_stride(s.row, rows, legal), _1{}, tma_stride(s.head, heads, legal),
+                            varlen ? legal : tma_stride(s.batch, batch, legal));
+  return make_tensor(make_gmem_ptr(static_cast<Element const*>(ptr)), shape, stride);
+}
+
+inline int l2_cache_bytes() {
+  static int bytes = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrL2CacheSize, dev) != cudaSuccess) {
+      cudaGetLastError();
+      return 50 << 20;
+    }
+    return v;
+  }();
+  return bytes;
+}
+
+template <class T>
+FwdKernelParams<T> make_params(const FwdArgs& a) {
+  using namespace cute;
+  using Element = typename T::Element;
+  const bool varlen = a.varlen();
+  // A tensor map cannot describe zero rows; with no keys nothing is ever loaded from K/V, so a
+  // one-row map over q's memory stands in.
+  const int q_rows = varlen ? a.total_q : a.seqlen_q;
+  const int k_rows = varlen ? a.total_k : a.seqlen_k;
+  const bool no_keys = k_rows == 0;
+  auto mQ = make_gmem_view<T>(a.q, a.q_stride, q_rows, a.nheads, a.batch, varlen);
+  auto mK = make_gmem_view<T>(no_keys ? a.q : a.k, no_keys ? a.q_stride : a.k_stride, std::max(k_rows, 1),
+                              a.nheads_k, a.batch, varlen);
+  auto mV = make_gmem_view<T>(no_keys ? a.q : a.v, no_keys ? a.q_stride : a.v_stride, std::max(k_rows, 1),
+                              a.nheads_k, a.batch, varlen);
+
+  FwdKernelParams<T> p{
+      make_tma_copy(SM90_TMA_LOAD{}, mQ, typename T::SmemLayoutQ{}, typename T::TileQ{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename T::SmemLayoutK{}), typename T::TileKV{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename T::SmemLayoutV{}), typename T::TileKV{}, _1{}),
+      mQ.shape(), mK.shape()};
+  p.out = static_cast<Element*>(a.out);
+  p.out_row_stride = a.out_stride.row;
+  p.out_head_stride = a.out_stride.head;
+  p.out_batch_stride = a.out_stride.batch;
+  p.lse = a.lse;
+  p.lse_head_stride = a.lse_head_stride;
+  p.lse_batch_stride = a.lse_batch_stride;
+  p.batch = a.batch;
+  p.seqlen_q = a.seqlen_q;
+  p.seqlen_k = a.seqlen_k;
+  p.nheads = a.nheads;
+  p.head_group = a.nheads / a.nheads_k;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.seqused_q = a.seqused_q;
+  p.seqused_k = a.seqused_k;
+  constexpr float kLog2e = 1.4426950408889634f;
+  p.use_softcap = a.softcap > 0.f;
+  p.scale_log2 = (p.use_softcap ? a.softcap : a.softmax_scale) * kLog2e;
+  p.softcap_prescale = p.use_softcap ? a.softmax_scale / a.softcap : 1.f;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.pingpong = !a.disable_pingpong;
+
+  p.num_m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  p.num_tiles = p.num_m_blocks * a.nheads * a.batch;
+  const double kv_bytes_per_head = 2.0 * a.seqlen_k * T::kHeadDim * sizeof(Element);
+  const int kv_heads_fit = std::max(1, int(0.5 * l2_cache_bytes() / std::max(1.0, kv_bytes_per_head)));
+  p.heads_per_l2_section = std::min(a.nheads * a.batch, kv_heads_fit * p.head_group);
+  p.longest_first = a.has_window() && !a.disable_lpt;
+  return p;
+}
+
+template <class T>
+void launch(const FwdArgs& a, void* /*workspace*/, cudaStream_t stream) {
+  const FwdKernelParams<T> p = make_params<T>(a);
+  if (p.num_tiles == 0) return;
+  auto kernel = attention_fwd_kernel<T>;
+  HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  const int grid = std::min(p.num_tiles, a.num_sms);
+  kernel<<<grid, T::kNumThreads, T::kSmemBytes, stream>>>(p);
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+size_t workspace_bytes(const FwdArgs&) {
+  return 0;  // the static persistent scheduler needs no global state
+}
+
+}  // namespace hopattn::kernels::fwd

@@ -1,0 +1,68 @@
+// The attention mask as a policy: which key blocks a query tile visits, which of those need
+// element-wise masking, and the element-wise mask itself. Causal and sliding window are one
+// windowed mask aligned bottom-right: row r sees keys c with
+//   r + (seqlen_k - seqlen_q) - window_left <= c <= r + (seqlen_k - seqlen_q) + window_right,
+// (-1 = unbounded), always c < seqlen_k.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+namespace hopattn::kernels::fwd {
+
+template <int kBlockM, int kBlockN>
+struct WindowMask {
+  int seqlen_q, seqlen_k, window_left, window_right;
+
+  // Key blocks [n_begin, n_end) that hold at least one visible key for query block m_block.
+  __device__ __forceinline__ void block_range(int m_block, int& n_begin, int& n_end) const {
+    const int shift = seqlen_k - seqlen_q;
+    int n_max = (seqlen_k + kBlockN - 1) / kBlockN;
+    if (window_right >= 0) {
+      const int last_col = min(seqlen_k - 1, (m_block + 1) * kBlockM - 1 + shift + window_right);
+      n_max = min(n_max, last_col < 0 ? 0 : last_col / kBlockN + 1);
+    }
+    int n_min = 0;
+    if (window_left >= 0) {
+      const int first_col = m_block * kBlockM + shift - window_left;
+      n_min = first_col <= 0 ? 0 : first_col / kBlockN;
+    }
+    n_begin = n_min;
+    n_end = n_max;
+  }
+
+  // True when some (row, col) of the tile is masked out (so the tile pays for masking).
+  __device__ __forceinline__ bool block_needs_mask(int m_block, int n_block) const {
+    const int shift = seqlen_k - seqlen_q;
+    const int col_hi = (n_block + 1) * kBlockN - 1;
+    const int col_lo = n_block * kBlockN;
+    if (col_hi >= seqlen_k) return true;
+    if (window_right >= 0 && col_hi > m_block * kBlockM + shift + window_right) return true;
+    if (window_left >= 0 && col_lo < (m_block + 1) * kBlockM - 1 + shift - window_left) return true;
+    return false;
+  }
+
+  // Sets masked scores to -inf. s_rc and coord_rc are the (rows, cols) views of the score
+  // accumulator and of the identity tensor partitioned like it (tile-local coordinates).
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ void apply(TensorS& s_rc, const TensorC& coord_rc, int m_block,
+                                        int n_block) const {
+    using namespace cute;
+    const int shift = seqlen_k - seqlen_q;
+    const int row0 = m_block * kBlockM;
+    const int col0 = n_block * kBlockN;
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(s_rc); ++i) {
+      const int row = row0 + get<0>(coord_rc(i, 0));
+      int hi = seqlen_k;  // exclusive
+      if (window_right >= 0) hi = min(hi, row + shift + window_right + 1);
+      const int lo = window_left >= 0 ? row + shift - window_left : 0;  // inclusive
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(s_rc); ++j) {
+        const int col = col0 + get<1>(coord_rc(i, j));
+        if (col >= hi || col < lo) s_rc(i, j) = -INFINITY;
+      }
+    }
+  }
+};
+
+}  // namespace hopattn::kernels::fwd

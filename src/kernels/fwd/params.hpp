@@ -1,0 +1,61 @@
+// Kernel parameters of the forward kernel (passed as a __grid_constant__ struct) and the
+// per-sequence view of a (possibly variable-length) batch entry.
+#pragma once
+
+#include <cstdint>
+
+namespace hopattn::kernels::fwd {
+
+template <class Traits>
+struct FwdKernelParams {
+  using Element = typename Traits::Element;
+  typename Traits::TmaQ tma_q;
+  typename Traits::TmaKV tma_k, tma_v;
+  typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batch) as TMA sees them
+
+  Element* out{};
+  int64_t out_row_stride{}, out_head_stride{}, out_batch_stride{};
+  float* lse{};  // may be null
+  int64_t lse_head_stride{}, lse_batch_stride{};
+
+  int batch{}, seqlen_q{}, seqlen_k{}, nheads{}, head_group{};  // head_group = nheads / nheads_k
+  const int32_t* cu_seqlens_q{};
+  const int32_t* cu_seqlens_k{};
+  const int32_t* seqused_q{};
+  const int32_t* seqused_k{};
+
+  float scale_log2{};       // multiplies raw scores before exp2 (softmax_scale or softcap, * log2 e)
+  float softcap_prescale{};  // softmax_scale / softcap, used only when use_softcap
+  bool use_softcap{};
+  int window_left{}, window_right{};  // -1 = unbounded; causal is window_right = 0
+
+  bool pingpong{};
+  // Tile scheduler (see tile_scheduler.hpp).
+  int num_m_blocks{}, num_tiles{}, heads_per_l2_section{};
+  bool longest_first{};
+};
+
+// Where one batch entry's rows live and how long it is.
+struct SeqInfo {
+  int q_offset = 0, k_offset = 0;  // first packed row (varlen) or 0 (dense: batch index selects)
+  int seqlen_q = 0, seqlen_k = 0;
+};
+
+template <class Params>
+__device__ __forceinline__ SeqInfo seq_info(const Params& p, int batch) {
+  SeqInfo s;
+  if (p.cu_seqlens_q != nullptr) {
+    s.q_offset = p.cu_seqlens_q[batch];
+    s.k_offset = p.cu_seqlens_k[batch];
+    s.seqlen_q = p.cu_seqlens_q[batch + 1] - s.q_offset;
+    s.seqlen_k = p.cu_seqlens_k[batch + 1] - s.k_offset;
+  } else {
+    s.seqlen_q = p.seqlen_q;
+    s.seqlen_k = p.seqlen_k;
+  }
+  if (p.seqused_q != nullptr) s.seqlen_q = p.seqused_q[batch];
+  if (p.seqused_k != nullptr) s.seqlen_k = p.seqused_k[batch];
+  return s;
+}
+
+}  // namespace hopattn::kernels::fwd

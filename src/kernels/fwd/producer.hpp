@@ -1,0 +1,66 @@
+// The producer: one elected thread of warpgroup 0 walks the same tiles as the consumers and
+// issues TMA loads: Q once per tile, then K_n and V_n into the ring, from the last key block to
+// the first (the order the consumers use, so masked blocks come first).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernels/fwd/mask.hpp"
+#include "kernels/fwd/params.hpp"
+#include "kernels/fwd/pipeline.hpp"
+#include "kernels/fwd/tile_scheduler.hpp"
+
+namespace hopattn::kernels::fwd {
+
+template <class T>
+__device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                              const TileScheduler& sched) {
+  using namespace cute;
+  Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);  // (rows, d, heads, batch)
+  Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename T::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename T::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename T::SmemLayoutV{});
+  const bool varlen = p.cu_seqlens_q != nullptr;
+
+  PipeState<T::kStages> kv;
+  uint32_t q_phase = 0;
+  for (int tile = blockIdx.x; tile < sched.num_tiles; tile += gridDim.x) {
+    const TileCoord c = sched.decode(tile);
+    const SeqInfo si = seq_info(p, c.batch);
+    if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
+    const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
+    int n_begin, n_end;
+    mask.block_range(c.m_block, n_begin, n_end);
+    if (n_end <= n_begin) continue;  // the consumers write the empty-row result without loads
+
+    const int b = varlen ? 0 : c.batch;
+    const int kv_head = c.head / p.head_group;
+    Tensor gQ = local_tile(domain_offset(make_coord(si.q_offset, _0{}), mQ(_, _, c.head, b)),
+                           typename T::TileQ{}, make_coord(c.m_block, _0{}));
+    Tensor gK = local_tile(domain_offset(make_coord(si.k_offset, _0{}), mK(_, _, kv_head, b)),
+                           typename T::TileKV{}, make_coord(_, _0{}));  // (N, d, blocks)
+    Tensor gV = local_tile(domain_offset(make_coord(si.k_offset, _0{}), mV(_, _, kv_head, b)),
+                           typename T::TileKV{}, make_coord(_, _0{}));
+    auto [tQg, tQs] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tKg, tKs] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVg, tVs] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+
+    wait_empty(smem.q_empty, q_phase);  // the consumers are done with the previous tile's Q
+    expect_bytes(smem.q_full, T::kBytesQ);
+    copy(p.tma_q.with(smem.q_full), tQg, tQs);
+    q_phase ^= 1;
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      wait_empty(smem.k_empty[kv.stage], kv.phase);
+      expect_bytes(smem.k_full[kv.stage], T::kBytesKV);
+      copy(p.tma_k.with(smem.k_full[kv.stage]), tKg(_, n), tKs(_, kv.stage));
+      wait_empty(smem.v_empty[kv.stage], kv.phase);
+      expect_bytes(smem.v_full[kv.stage], T::kBytesKV);
+      copy(p.tma_v.with(smem.v_full[kv.stage]), tVg(_, n), tVs(_, kv.stage));
+      kv.advance();
+    }
+  }
+}
+
+}  // namespace hopattn::kernels::fwd

@@ -1,0 +1,91 @@
+// Online softmax over the rows a consumer thread owns, in FP32 with exp2 and the scale folded
+// into one FFMA per element. Row statistics live in registers; the four threads of a quad that
+// share a row combine maxima with two shuffles. Row sums stay thread-partial until finalize()
+// (addition commutes, so only the end needs the quad reduction).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+namespace hopattn::kernels::fwd {
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float fast_tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffff, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffff, v, 2));
+}
+
+__device__ __forceinline__ float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffff, v, 1);
+  return v + __shfl_xor_sync(0xffffffff, v, 2);
+}
+
+template <int kRows>
+struct OnlineSoftmax {
+  static constexpr int kRowsPerThread = kRows;
+  float row_max[kRows];
+  float row_sum[kRows];
+  float scale_log2;
+
+  __device__ __forceinline__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      row_max[i] = -INFINITY;
+      row_sum[i] = 0.f;
+    }
+  }
+
+  // Scores -> unnormalised probabilities in place. Returns through o_scale the factor by which
+  // the running output rows must be multiplied (exp2 of the max decrease; 0 where no key was
+  // seen yet, which also turns any garbage into 0).
+  template <bool kFirst, class TensorS>
+  __device__ __forceinline__ void step(TensorS& s_rc, float (&o_scale)[kRows]) {
+    using namespace cute;
+    static_assert(decltype(size<0>(s_rc))::value == kRows);
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      float m = row_max[i];
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(s_rc); ++j) m = fmaxf(m, s_rc(i, j));
+      m = quad_max(m);
+      // A row with no visible key so far keeps max -inf; use 0 as its offset so exp2 gives 0
+      // instead of NaN.
+      const float offset = (m == -INFINITY ? 0.f : m) * scale_log2;
+      o_scale[i] = kFirst ? 1.f : fast_exp2(row_max[i] * scale_log2 - offset);
+      row_max[i] = m;
+      float sum = 0.f;
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(s_rc); ++j) {
+        const float p = fast_exp2(s_rc(i, j) * scale_log2 - offset);
+        s_rc(i, j) = p;
+        sum += p;
+      }
+      row_sum[i] = kFirst ? sum : row_sum[i] * o_scale[i] + sum;
+    }
+  }
+
+  // Final normalisation: out_scale = 1 / rowsum (0 for rows that saw no key) and the
+  // natural-log LSE (-inf for those rows). ln_scale converts the scaled max back to nats.
+  __device__ __forceinline__ void finalize(float (&out_scale)[kRows], float (&lse)[kRows]) {
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      const float sum = quad_sum(row_sum[i]);
+      const bool empty = sum == 0.f || sum != sum;
+      out_scale[i] = empty ? 0.f : 1.f / sum;
+      constexpr float kLn2 = 0.69314718055994530942f;
+      lse[i] = empty ? -INFINITY : (row_max[i] * scale_log2 + __log2f(sum)) * kLn2;
+    }
+  }
+};
+
+}  // namespace hopattn::kernels::fwd

@@ -1,0 +1,94 @@
+// Compile-time shape of one forward kernel: tile sizes, warpgroup roles and register budgets,
+// shared-memory layouts, the two tiled WGMMAs and the TMA copy types. The tile table that picks
+// these per head dim is tile_table.hpp.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cutlass/numeric_types.h>
+
+namespace hopattn::kernels::fwd {
+
+using namespace cute;
+
+// The widest swizzle whose atom divides the K extent of a K-major operand tile.
+template <class Element, int kKExtent>
+constexpr auto k_major_smem_atom() {
+  constexpr int kBytes = kKExtent * int(sizeof(Element));
+  if constexpr (kBytes % 128 == 0) return GMMA::Layout_K_SW128_Atom<Element>{};
+  else if constexpr (kBytes % 64 == 0) return GMMA::Layout_K_SW64_Atom<Element>{};
+  else if constexpr (kBytes % 32 == 0) return GMMA::Layout_K_SW32_Atom<Element>{};
+  else return GMMA::Layout_K_INTER_Atom<Element>{};
+}
+
+template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_,
+          bool kIntraWgOverlap_ = true>
+struct FwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // query rows per CTA tile (64 per consumer warpgroup)
+  static constexpr int kBlockN = kBlockN_;  // keys per K/V block
+  static constexpr int kStages = kStages_;  // depth of the K and V shared-memory rings
+  static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
+
+  // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
+  static constexpr int kNumConsumerWgs = kBlockM / 64;
+  static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
+  static constexpr int kNumThreads = kNumConsumerThreads + 128;
+  // setmaxnreg budgets: 64K registers / SM, one CTA per SM. 2 consumers: 24 + 2 * 240 = 504;
+  // 3 consumers: 32 + 3 * 160 = 512 (per-thread counts, times 128 threads per warpgroup).
+  static constexpr int kProducerRegs = kNumConsumerWgs == 2 ? 24 : 32;
+  static constexpr int kConsumerRegs = kNumConsumerWgs == 2 ? 240 : 160;
+  static_assert(kNumConsumerWgs == 2 || kNumConsumerWgs == 3, "2 or 3 consumer warpgroups");
+
+  using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+  using ConsumerAtoms = Layout<Shape<Int<kNumConsumerWgs>, _1, _1>>;
+
+  // S = Q K^T: A = Q (smem, K-major), B = K (smem, K-major).
+  using MmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      ConsumerAtoms{}));
+  // O += P V: A = P (registers), B = V^T (smem, MN-major: V rows are stored d-contiguous).
+  using MmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      ConsumerAtoms{}));
+
+  using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, TileQ{}));
+  using SmemLayoutK = decltype(tile_to_shape(
+      SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutV = SmemLayoutK;
+  // V^T as the B operand of P V: the same bytes viewed as (head_dim, keys, stage).
+  using SmemLayoutVt = decltype(composition(
+      SmemLayoutV{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{},
+                                 Stride<Int<kBlockN>, _1, Int<kHeadDim * kBlockN>>{})));
+
+  // Global tensors as TMA sees them: (rows, head_dim, heads, batch).
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                          GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{}, TileQ{}, _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
+                                       take<0, 2>(SmemLayoutK{}), TileKV{}, _1{}));
+
+  static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>> v;
+    // Pipeline barriers: see docs/design/fwd.md for what each one means.
+    alignas(8) uint64_t q_full, q_empty;
+    uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
+};
+
+}  // namespace hopattn::kernels::fwd

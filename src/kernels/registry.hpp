@@ -1,0 +1,27 @@
+// The compiled kernels. The list is generated from src/kernels/manifest.cmake (one entry per
+// instantiation) so that the dispatcher never names a kernel that the build left out.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+#include "hopattn/types.hpp"
+#include "kernels/fwd_args.hpp"
+
+namespace hopattn::kernels {
+
+struct FwdKernel {
+  const char* name;
+  DType dtype;
+  int head_dim;
+  size_t (*workspace_bytes)(const FwdArgs&);
+  void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
+};
+
+// Returns the kernel for (dtype, head_dim), or nullptr when this build did not compile it.
+const FwdKernel* find_fwd_kernel(DType dtype, int head_dim);
+// Every compiled forward kernel, terminated by an entry whose name is nullptr.
+const FwdKernel* fwd_kernels();
+
+}  // namespace hopattn::kernels

@@ -1,0 +1,311 @@
+// Argument validation: one test per error class. Runs without a GPU: a made-up sm_90
+// DeviceInfo stands in for the device (pointers are then checked for null and alignment only),
+// and the buffers are host memory that nothing ever reads.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "hopattn/hopattn.h"
+#include "hopattn/hopattn.hpp"
+
+namespace hopattn {
+namespace {
+
+DeviceInfo fake_hopper() {
+  DeviceInfo d;
+  d.cc_major = 9;
+  d.cc_minor = 0;
+  d.num_sms = 132;
+  d.max_smem_per_block_optin = 227 * 1024;
+  return d;
+}
+
+// Owns 16-byte aligned host storage for the views of one call.
+struct Arena {
+  std::vector<std::vector<uint64_t>> blocks;
+  void* alloc(size_t bytes) {
+    blocks.emplace_back((bytes + 15) / 8 + 2);
+    return blocks.back().data();
+  }
+  TensorView tensor(DType dt, std::initializer_list<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t s : shape) n *= s;
+    return make_contiguous_view(alloc(size_t(n) * dtype_size(dt)), dt, shape);
+  }
+};
+
+struct FwdFixture : ::testing::Test {
+  Arena arena;
+  FwdParams p;
+  void SetUp() override {
+    p.q = arena.tensor(DType::kBFloat16, {2, 64, 8, 128});
+    p.k = arena.tensor(DType::kBFloat16, {2, 96, 2, 128});
+    p.v = arena.tensor(DType::kBFloat16, {2, 96, 2, 128});
+    p.out = arena.tensor(DType::kBFloat16, {2, 64, 8, 128});
+    p.lse = arena.tensor(DType::kFloat32, {2, 8, 64});
+  }
+  // Expects plan_fwd to throw `code` naming `arg` with `fragment` in the message.
+  void expect_error(ErrorCode code, const std::string& arg, const std::string& fragment) {
+    try {
+      plan_fwd(p, fake_hopper());
+      FAIL() << "expected an error about " << arg;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_EQ(e.argument(), arg) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind(arg + ":", 0), 0u) << "message must start with the argument: " << e.what();
+    }
+  }
+};
+
+// The well-formed call passes validation; without a compiled kernel it may only be
+// "not supported", never an argument error.
+TEST_F(FwdFixture, ValidCallPassesValidation) {
+  try {
+    Plan plan = plan_fwd(p, fake_hopper());
+    EXPECT_FALSE(plan.kernel.empty());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();
+  }
+}
+
+TEST_F(FwdFixture, DtypeMismatch) {
+  p.k.dtype = DType::kFloat16;
+  expect_error(ErrorCode::kInvalidArgument, "k", "dtype");
+}
+
+TEST_F(FwdFixture, UnsupportedDtype) {
+  p.q.dtype = DType::kFloat32;
+  expect_error(ErrorCode::kInvalidArgument, "q", "expected dtype bf16 or fp16 or e4m3, got fp32");
+}
+
+TEST_F(FwdFixture, OutDtype) {
+  p.out.dtype = DType::kFloat16;
+  expect_error(ErrorCode::kInvalidArgument, "out", "dtype");
+}
+
+TEST_F(FwdFixture, LseDtypeAndShape) {
+  p.lse.dtype = DType::kBFloat16;
+  expect_error(ErrorCode::kInvalidArgument, "lse", "fp32");
+  p.lse = arena.tensor(DType::kFloat32, {2, 8, 63});
+  expect_error(ErrorCode::kInvalidArgument, "lse", "(batch, nheads, seqlen_q)");
+}
+
+TEST_F(FwdFixture, HeadDimInvalid) {
+  p.q = arena.tensor(DType::kBFloat16, {2, 64, 8, 100});
+  expect_error(ErrorCode::kInvalidArgument, "q", "multiple of 8");
+  p.q = arena.tensor(DType::kBFloat16, {2, 64, 8, 512});
+  expect_error(ErrorCode::kInvalidArgument, "q", "up to 256");
+}
+
+TEST_F(FwdFixture, HeadDimNotSupported) {
+  p.q = arena.tensor(DType::kBFloat16, {2, 64, 8, 32});
+  expect_error(ErrorCode::kNotSupported, "q", "head dim 32");
+}
+
+TEST_F(FwdFixture, HeadDimMismatch) {
+  p.k = arena.tensor(DType::kBFloat16, {2, 96, 2, 64});
+  expect_error(ErrorCode::kInvalidArgument, "k", "head dim 64 differs");
+}
+
+TEST_F(FwdFixture, HeadsNotDivisible) {
+  p.k = arena.tensor(DType::kBFloat16, {2, 96, 3, 128});
+  p.v = arena.tensor(DType::kBFloat16, {2, 96, 3, 128});
+  expect_error(ErrorCode::kInvalidArgument, "k", "multiple of nheads_k");
+}
+
+TEST_F(FwdFixture, ShapeMismatch) {
+  p.v = arena.tensor(DType::kBFloat16, {2, 95, 2, 128});
+  expect_error(ErrorCode::kInvalidArgument, "v", "seqlen_k");
+  SetUp();
+  p.k = arena.tensor(DType::kBFloat16, {3, 96, 2, 128});
+  expect_error(ErrorCode::kInvalidArgument, "k", "batch");
+  SetUp();
+  p.out = arena.tensor(DType::kBFloat16, {2, 64, 8, 64});
+  expect_error(ErrorCode::kInvalidArgument, "out", "expected shape");
+  SetUp();
+  p.q.rank = 3;
+  expect_error(ErrorCode::kInvalidArgument, "q", "rank-4");
+}
+
+TEST_F(FwdFixture, NegativeLength) {
+  p.q.shape[1] = -5;
+  expect_error(ErrorCode::kInvalidArgument, "q", "negative");
+}
+
+TEST_F(FwdFixture, NullPointer) {
+  p.v.data = nullptr;
+  expect_error(ErrorCode::kInvalidArgument, "v", "null");
+}
+
+TEST_F(FwdFixture, MissingTensor) {
+  p.out = TensorView{};
+  expect_error(ErrorCode::kInvalidArgument, "out", "required");
+}
+
+TEST_F(FwdFixture, MisalignedBasePointer) {
+  p.q.data = static_cast<char*>(p.q.data) + 2;
+  expect_error(ErrorCode::kInvalidArgument, "q", "16-byte aligned");
+}
+
+TEST_F(FwdFixture, MisalignedStride) {
+  p.k.stride[1] = 2 * 128 + 4;  // 520 bytes between rows: not a multiple of 16
+  expect_error(ErrorCode::kInvalidArgument, "k", "multiple of 16 bytes");
+}
+
+TEST_F(FwdFixture, LastDimNotContiguous) {
+  p.q.stride[3] = 2;
+  expect_error(ErrorCode::kInvalidArgument, "q", "contiguous");
+}
+
+TEST_F(FwdFixture, NonContiguousStridesAreAccepted) {
+  p.q.stride = {64 * 8 * 256, 8 * 256, 256, 1};  // padded rows and heads: legal for TMA
+  try {
+    plan_fwd(p, fake_hopper());
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();
+  }
+}
+
+TEST_F(FwdFixture, WrongDevice) {
+  DeviceInfo ampere = fake_hopper();
+  ampere.cc_major = 8;
+  try {
+    plan_fwd(p, ampere);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupportedDevice);
+    EXPECT_NE(std::string(e.what()).find("sm_80"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(FwdFixture, WindowArguments) {
+  p.mask.window_left = -2;
+  expect_error(ErrorCode::kInvalidArgument, "window_left", ">= 0, or -1");
+  p.mask = {};
+  p.mask.window_right = -7;
+  expect_error(ErrorCode::kInvalidArgument, "window_right", ">= 0, or -1");
+  p.mask = {true, -1, 5};
+  expect_error(ErrorCode::kInvalidArgument, "window_right", "causal");
+}
+
+TEST_F(FwdFixture, ScalarArguments) {
+  p.softcap = -1.f;
+  expect_error(ErrorCode::kInvalidArgument, "softcap", ">= 0");
+  p.softcap = 0.f;
+  p.softmax_scale = std::numeric_limits<float>::infinity();
+  expect_error(ErrorCode::kInvalidArgument, "softmax_scale", "finite");
+}
+
+TEST_F(FwdFixture, DescaleOnlyForFp8) {
+  float scale = 1.f;
+  p.k_descale = &scale;
+  expect_error(ErrorCode::kInvalidArgument, "k_descale", "e4m3");
+}
+
+TEST_F(FwdFixture, VarlenArguments) {
+  const int32_t cu[3] = {0, 30, 64};
+  p.q = arena.tensor(DType::kBFloat16, {64, 8, 128});
+  p.k = arena.tensor(DType::kBFloat16, {96, 2, 128});
+  p.v = arena.tensor(DType::kBFloat16, {96, 2, 128});
+  p.out = arena.tensor(DType::kBFloat16, {64, 8, 128});
+  p.lse = arena.tensor(DType::kFloat32, {8, 64});
+  p.cu_seqlens_q = cu;
+  expect_error(ErrorCode::kInvalidArgument, "cu_seqlens_k", "together");
+  p.cu_seqlens_k = cu;
+  expect_error(ErrorCode::kInvalidArgument, "batch_varlen", "number of sequences");
+  p.batch_varlen = 2;
+  p.max_seqlen_q = -1;
+  expect_error(ErrorCode::kInvalidArgument, "max_seqlen_q", ">= 0");
+  p.max_seqlen_q = 34;
+  p.max_seqlen_k = 60;
+  p.lse = arena.tensor(DType::kFloat32, {2, 8, 32});
+  expect_error(ErrorCode::kInvalidArgument, "lse", "(nheads, total_q)");
+}
+
+TEST_F(FwdFixture, NotSupportedYetOptions) {
+  p.num_splits = 4;
+  expect_error(ErrorCode::kNotSupported, "num_splits", "not supported yet");
+  p.num_splits = -1;
+  expect_error(ErrorCode::kInvalidArgument, "num_splits", ">= 0");
+  p.num_splits = 1;
+  p.pack_gqa = true;
+  expect_error(ErrorCode::kNotSupported, "pack_gqa", "not supported yet");
+  p.pack_gqa = false;
+  p.page_table = arena.tensor(DType::kInt32, {2, 4});
+  expect_error(ErrorCode::kNotSupported, "page_table", "not supported yet");
+  p.page_table = {};
+  p.k_new = arena.tensor(DType::kBFloat16, {2, 1, 2, 128});
+  expect_error(ErrorCode::kNotSupported, "k_new", "not supported yet");
+  p.k_new = {};
+  p.v = arena.tensor(DType::kBFloat16, {2, 96, 2, 64});
+  expect_error(ErrorCode::kNotSupported, "v", "head_dim_v");
+}
+
+TEST(BwdValidation, GradientShapesAndDtypes) {
+  Arena arena;
+  BwdParams p;
+  p.q = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.k = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.v = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.out = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.dout = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.dq = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.dk = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.dv = arena.tensor(DType::kBFloat16, {1, 32, 4, 64});
+  p.lse = arena.tensor(DType::kFloat32, {1, 4, 32});
+  try {
+    plan_bwd(p, fake_hopper());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "dv") << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  p.dv = arena.tensor(DType::kFloat16, {1, 31, 4, 64});
+  try {
+    plan_bwd(p, fake_hopper());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "dv") << e.what();
+  }
+  p.dv = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.lse = {};
+  try {
+    plan_bwd(p, fake_hopper());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "lse") << e.what();
+  }
+}
+
+TEST(CAbi, ErrorsBecomeStatusAndMessage) {
+  hopattn_fwd_params p;
+  hopattn_fwd_params_init(&p);
+  EXPECT_EQ(p.window_left, -1);
+  EXPECT_EQ(p.num_splits, 1);
+  size_t bytes = 0;
+  EXPECT_EQ(hopattn_fwd_workspace_size(nullptr, &bytes), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("params"), std::string::npos);
+  // With no tensors the call fails: on a machine without a GPU at the device check, with one
+  // at the first missing tensor. Either way a status and a message, never a crash.
+  const hopattn_status s = hopattn_fwd_workspace_size(&p, &bytes);
+  EXPECT_TRUE(s == HOPATTN_UNSUPPORTED_DEVICE || s == HOPATTN_INVALID_ARGUMENT) << s;
+  EXPECT_FALSE(std::string(hopattn_last_error()).empty());
+  EXPECT_STREQ(hopattn_version(), version());
+}
+
+TEST(Api, ContiguousViewStrides) {
+  int dummy[4];
+  TensorView t = make_contiguous_view(dummy, DType::kBFloat16, {2, 3, 4, 5});
+  EXPECT_EQ(t.rank, 4);
+  EXPECT_EQ(t.stride[0], 60);
+  EXPECT_EQ(t.stride[2], 5);
+  EXPECT_EQ(t.numel(), 120);
+  EXPECT_STREQ(dtype_name(DType::kFloat8E4M3), "e4m3");
+}
+
+}  // namespace
+}  // namespace hopattn

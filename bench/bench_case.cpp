@@ -116,7 +116,15 @@ std::vector<Case> table2_cases(hopattn::DType dtype, const std::vector<std::stri
 const std::vector<FwdVariant>& fwd_variants() {
   static const std::vector<FwdVariant> variants = {
       {"default", "the kernel the planner picks", {}},
-      // One line per ablation variant, once the API has a field for it (see bench_case.hpp).
+      {"no-pingpong", "consumer warpgroups issue GEMMs without the pingpong token",
+       [](hopattn::FwdParams& p) { p.tuning.disable_pingpong = true; }},
+      {"no-intra-overlap", "each GEMM waited for before the softmax (Algorithm 1 consumer)",
+       [](hopattn::FwdParams& p) { p.tuning.disable_intra_wg_overlap = true; }},
+      {"no-pingpong-no-overlap", "neither technique",
+       [](hopattn::FwdParams& p) {
+         p.tuning.disable_pingpong = true;
+         p.tuning.disable_intra_wg_overlap = true;
+       }},
   };
   return variants;
 }

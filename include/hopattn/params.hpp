@@ -31,6 +31,14 @@ struct MaskArgs {
   int32_t window_right = -1;
 };
 
+// Switches that turn off one technique of the forward kernel, for the ablation benchmark (the
+// paper's Table 2). Leave them at their defaults: each one makes the kernel slower.
+struct FwdTuning {
+  bool disable_pingpong = false;          // consumer warpgroups issue GEMMs without the token
+  bool disable_intra_wg_overlap = false;  // GEMMs waited for before the softmax (bf16, d=128 only)
+  bool disable_lpt = false;               // causal/window tiles in plain order, not longest-first
+};
+
 struct FwdParams {
   TensorView q, k, v;
   TensorView out;
@@ -63,6 +71,8 @@ struct FwdParams {
 
   int32_t num_splits = 1;  // split-KV; 0 lets the heuristic choose
   bool pack_gqa = false;   // pack the query heads of one KV head into one tile
+
+  FwdTuning tuning;  // ablation switches, benchmarks only
 };
 
 struct BwdParams {

@@ -57,11 +57,18 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
   a.window_left = prob.window_left;
   a.window_right = prob.window_right;
   a.num_sms = dev.num_sms > 0 ? dev.num_sms : 132;
+  a.disable_pingpong = p.tuning.disable_pingpong;
+  a.disable_intra_overlap = p.tuning.disable_intra_wg_overlap;
+  a.disable_lpt = p.tuning.disable_lpt;
   return a;
 }
 
-const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob) {
-  const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim);
+const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdTuning& tuning) {
+  const bool overlap = !tuning.disable_intra_wg_overlap;
+  const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim, overlap);
+  if (k == nullptr && !overlap)
+    detail::not_supported("tuning.disable_intra_wg_overlap",
+                          "the no-overlap ablation kernel exists for bf16 head dim 128 only");
   if (k == nullptr)
     detail::not_supported("q", std::string("forward for ") + dtype_name(prob.dtype) + " head dim " +
                                    std::to_string(prob.head_dim) + " (no such kernel in this build)");
@@ -81,7 +88,7 @@ void check_workspace(const Plan& plan, void* workspace, size_t bytes) {
 
 Plan plan_fwd(const FwdParams& p, const DeviceInfo& dev) {
   const FwdProblem prob = detail::validate_fwd(p, dev);
-  const kernels::FwdKernel& k = choose_fwd_kernel(prob);
+  const kernels::FwdKernel& k = choose_fwd_kernel(prob, p.tuning);
   Plan plan;
   plan.device = dev;
   plan.kernel = k.name;
@@ -100,7 +107,8 @@ void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t works
   const FwdProblem prob = detail::validate_fwd(p, dev);
   if (prob.empty()) return;
   const kernels::FwdKernel& k = kernels::fwd_kernels()[plan.kernel_id];
-  if (k.dtype != prob.dtype || k.head_dim != prob.head_dim)
+  if (k.dtype != prob.dtype || k.head_dim != prob.head_dim ||
+      k.intra_wg_overlap == p.tuning.disable_intra_wg_overlap)
     throw Error(ErrorCode::kInvalidArgument, "plan", "was made for other parameters (" +
                                                          std::string(k.name) + ")");
   k.launch(make_fwd_args(p, prob, dev), workspace, stream);

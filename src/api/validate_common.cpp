@@ -1,7 +1,6 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
-#include <sstream>
 
 #include "api/validate.hpp"
 
@@ -16,11 +15,9 @@ void not_supported(const std::string& arg, const std::string& msg) {
 }
 
 std::string shape_str(const TensorView& t) {
-  std::ostringstream os;
-  os << "(";
-  for (int i = 0; i < t.rank; ++i) os << (i ? ", " : "") << t.shape[i];
-  os << ")";
-  return os.str();
+  std::string s = "(";
+  for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[i]);
+  return s + ")";
 }
 
 void require_defined(const TensorView& t, const char* name) {
@@ -55,12 +52,10 @@ void check_shape(const TensorView& t, const char* name, std::initializer_list<in
   int i = 0;
   for (int64_t e : expected) ok = ok && (i < t.rank && t.shape[i++] == e);
   if (ok) return;
-  std::ostringstream os;
-  os << "expected shape (";
+  std::string msg = "expected shape (";
   i = 0;
-  for (int64_t e : expected) os << (i++ ? ", " : "") << e;
-  os << ") " << layout << ", got " << shape_str(t);
-  fail(name, os.str());
+  for (int64_t e : expected) msg += (i++ ? ", " : "") + std::to_string(e);
+  fail(name, msg + ") " + layout + ", got " + shape_str(t));
 }
 
 void check_memory_layout(const TensorView& t, const char* name) {

@@ -41,6 +41,7 @@ void check_kv_cache_args(const FwdParams& p) {
 
 FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev) {
   check_device(dev);
+  check_kv_cache_args(p);  // first: a paged cache's leading dim is not q's batch
   const VarlenArgs vl{p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_q, p.seqused_k,
                       p.batch_varlen, p.max_seqlen_q, p.max_seqlen_k};
   AttnShape s = check_qkv(p.q, p.k, p.v, vl, dev);
@@ -64,7 +65,6 @@ FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev) {
   check_device_pointer(p.q_descale, "q_descale", dev);
   check_device_pointer(p.k_descale, "k_descale", dev);
   check_device_pointer(p.v_descale, "v_descale", dev);
-  check_kv_cache_args(p);
   return prob;
 }
 

@@ -15,12 +15,13 @@ struct FwdKernel {
   const char* name;
   DType dtype;
   int head_dim;
+  bool intra_wg_overlap;  // false only for the ablation variant
   size_t (*workspace_bytes)(const FwdArgs&);
   void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
 };
 
-// Returns the kernel for (dtype, head_dim), or nullptr when this build did not compile it.
-const FwdKernel* find_fwd_kernel(DType dtype, int head_dim);
+// Returns the kernel for (dtype, head_dim, overlap), or nullptr when this build did not compile it.
+const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool intra_wg_overlap = true);
 // Every compiled forward kernel, terminated by an entry whose name is nullptr.
 const FwdKernel* fwd_kernels();
 

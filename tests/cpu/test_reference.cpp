@@ -421,7 +421,9 @@ TEST(ReferenceForward, NonFiniteInputsOnlyReachRowsThatSeeThem) {
         dt == DType::kFloat32 ? forward(p, t.q, t.k, t.v) : forward_lowp(p, t.q, t.k, t.v, dt);
     for (int i = 0; i < 6; ++i) {
       EXPECT_EQ(std::isfinite(r.out[size_t(i) * 4]), i < 3) << "row " << i;
-      if (i < 4) EXPECT_TRUE(std::isfinite(r.lse[size_t(i)])) << "row " << i;
+      if (i < 4) {
+        EXPECT_TRUE(std::isfinite(r.lse[size_t(i)])) << "row " << i;
+      }
     }
   }
   const BwdResult g = backward(p, t.q, t.k, t.v, t.dout);

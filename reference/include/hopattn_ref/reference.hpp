@@ -15,11 +15,14 @@
 // where a window of -1 is unbounded on that side and causal means window_right = 0 (window_left
 // kept). Query head h reads kv head h / (nheads / nheads_k). Scores s = scale * q.k, then
 // s = softcap * tanh(s / softcap) when softcap > 0. lse = log(sum_j exp(s_j)) (natural log).
-// A row that sees no key has out = 0 and lse = -inf, and contributes no gradient.
+// A row that sees no key has out = 0 and lse = -inf, and contributes no gradient. Masked
+// positions never touch the data: a NaN / inf in a key or value only reaches the rows that see
+// that key (and keys past seqused_k are never read).
 // Everything throws std::invalid_argument on inconsistent shapes. All functions are pure and
 // deterministic (no global state), so they may be called from several threads at once.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 #include "hopattn/params.hpp"

@@ -63,4 +63,18 @@ CUTLASS_DEVICE auto convert_fragment(Tensor<Engine, Layout> const& src) {
   return frag;
 }
 
+// Converts src (floats) into dst (another element type) with the same number of elements, in
+// register order; dst keeps its own layout. Used to write P straight into the A-operand
+// registers of the P V WGMMA, whose order matches the accumulator's for 16-bit types.
+template <class EngineS, class LayoutS, class EngineD, class LayoutD>
+CUTLASS_DEVICE void convert_into(Tensor<EngineS, LayoutS> const& src, Tensor<EngineD, LayoutD>& dst) {
+  using From = typename EngineS::value_type;
+  using To = typename EngineD::value_type;
+  constexpr int N = decltype(size(src))::value;
+  static_assert(N == decltype(size(dst))::value);
+  cutlass::NumericArrayConverter<To, From, N> conv;
+  *reinterpret_cast<cutlass::Array<To, N>*>(dst.data()) =
+      conv(*reinterpret_cast<cutlass::Array<From, N> const*>(src.data()));
+}
+
 }  // namespace hopattn::kernels

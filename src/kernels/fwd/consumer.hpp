@@ -71,7 +71,7 @@ struct Consumer {
   typename T::SharedStorage& smem;
   int tid;  // 0 .. kNumConsumerThreads-1
   Pingpong<T::kNumConsumerWgs> pingpong;
-  PipeState<T::kStages> kv;
+  PipeState<T::kStages> k_pipe, v_pipe;  // K and V rings advance independently
   uint32_t q_phase = 0;
 
   template <class TensorS, class TensorC>
@@ -148,71 +148,71 @@ struct Consumer {
     using namespace cute;
     float o_scale[kRows];
     auto scores = [&] { return partition_fragment_C(mma_qk, Shape<Int<T::kBlockM>, Int<T::kBlockN>>{}); };
-    auto as_p = [&](auto& tSrS) {
-      auto frag = convert_fragment<Element>(tSrS);
-      return make_tensor(frag.data(), acc_as_a_operand_16bit(frag.layout()));
-    };
+    // P lives in registers laid out as the A operand of O += P V; the score accumulator is
+    // converted into it in place (same register order for 16-bit types).
+    using ScoreLayout = decltype(scores().layout());
+    Tensor tOrP = make_tensor<Element>(acc_as_a_operand_16bit(ScoreLayout{}));
 
     if constexpr (T::kIntraWgOverlap) {
       // First block: S only.
       Tensor tSrS = scores();
       pingpong.acquire();
-      wait_full(smem.k_full[kv.stage], kv.phase);
-      issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, kv.stage), tSrS);
+      wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
+      issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
       pingpong.hand_over();
       warpgroup_wait<0>();
-      release(smem.k_empty[kv.stage]);
+      release(smem.k_empty[k_pipe.stage]);
+      k_pipe.advance();
       scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, softmax, o_scale);
-      auto tOrP = as_p(tSrS);
-      PipeState<T::kStages> v_prev = kv;
-      kv.advance();
+      convert_into(tSrS, tOrP);
       for (int n = n_end - 2; n >= n_begin; --n) {
         Tensor tSrS_next = scores();
         pingpong.acquire();
-        wait_full(smem.k_full[kv.stage], kv.phase);
-        issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, kv.stage), tSrS_next);
-        wait_full(smem.v_full[v_prev.stage], v_prev.phase);
-        issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_prev.stage), tOrO);
+        wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
+        issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS_next);
+        wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
+        issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
         pingpong.hand_over();
         warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
-        release(smem.k_empty[kv.stage]);
+        release(smem.k_empty[k_pipe.stage]);
+        k_pipe.advance();
         scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, softmax, o_scale);
         warpgroup_wait<0>();
-        release(smem.v_empty[v_prev.stage]);
+        release(smem.v_empty[v_pipe.stage]);
+        v_pipe.advance();
         rescale_output(tOrO, o_scale);
-        auto tOrP_next = as_p(tSrS_next);
-        cute::copy(tOrP_next, tOrP);
-        v_prev = kv;
-        kv.advance();
+        convert_into(tSrS_next, tOrP);
       }
       release(smem.q_empty);  // every Q K^T of this tile has completed
       pingpong.acquire();
-      wait_full(smem.v_full[v_prev.stage], v_prev.phase);
-      issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_prev.stage), tOrO);
+      wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
+      issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
       pingpong.hand_over();
       warpgroup_wait<0>();
-      release(smem.v_empty[v_prev.stage]);
+      release(smem.v_empty[v_pipe.stage]);
+      v_pipe.advance();
     } else {
       // Ablation: no intra-warpgroup overlap; each GEMM is waited for before the softmax.
       for (int n = n_end - 1; n >= n_begin; --n) {
         Tensor tSrS = scores();
         pingpong.acquire();
-        wait_full(smem.k_full[kv.stage], kv.phase);
-        issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, kv.stage), tSrS);
+        wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
+        issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
         pingpong.hand_over();
         warpgroup_wait<0>();
-        release(smem.k_empty[kv.stage]);
+        release(smem.k_empty[k_pipe.stage]);
+        k_pipe.advance();
         if (n == n_begin) release(smem.q_empty);
         scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, softmax, o_scale);
         if (n != n_end - 1) rescale_output(tOrO, o_scale);
-        auto tOrP = as_p(tSrS);
+        convert_into(tSrS, tOrP);
         pingpong.acquire();
-        wait_full(smem.v_full[kv.stage], kv.phase);
-        issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, kv.stage), tOrO);
+        wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
+        issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
         pingpong.hand_over();
         warpgroup_wait<0>();
-        release(smem.v_empty[kv.stage]);
-        kv.advance();
+        release(smem.v_empty[v_pipe.stage]);
+        v_pipe.advance();
       }
     }
   }

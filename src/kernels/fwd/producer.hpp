@@ -24,7 +24,7 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
   Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename T::SmemLayoutV{});
   const bool varlen = p.cu_seqlens_q != nullptr;
 
-  PipeState<T::kStages> kv;
+  PipeState<T::kStages> k_pipe, v_pipe;
   uint32_t q_phase = 0;
   for (int tile = blockIdx.x; tile < sched.num_tiles; tile += gridDim.x) {
     const TileCoord c = sched.decode(tile);
@@ -51,14 +51,24 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     expect_bytes(smem.q_full, T::kBytesQ);
     copy(p.tma_q.with(smem.q_full), tQg, tQs);
     q_phase ^= 1;
+    // K runs one block ahead of V: the consumers need K_{n-1} (next scores) and V_n (this
+    // block's P V) at the same time, and K stages are released a GEMM earlier than V stages.
+    auto load_k = [&](int n) {
+      wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
+      expect_bytes(smem.k_full[k_pipe.stage], T::kBytesKV);
+      copy(p.tma_k.with(smem.k_full[k_pipe.stage]), tKg(_, n), tKs(_, k_pipe.stage));
+      k_pipe.advance();
+    };
+    auto load_v = [&](int n) {
+      wait_empty(smem.v_empty[v_pipe.stage], v_pipe.phase);
+      expect_bytes(smem.v_full[v_pipe.stage], T::kBytesKV);
+      copy(p.tma_v.with(smem.v_full[v_pipe.stage]), tVg(_, n), tVs(_, v_pipe.stage));
+      v_pipe.advance();
+    };
+    load_k(n_end - 1);
     for (int n = n_end - 1; n >= n_begin; --n) {
-      wait_empty(smem.k_empty[kv.stage], kv.phase);
-      expect_bytes(smem.k_full[kv.stage], T::kBytesKV);
-      copy(p.tma_k.with(smem.k_full[kv.stage]), tKg(_, n), tKs(_, kv.stage));
-      wait_empty(smem.v_empty[kv.stage], kv.phase);
-      expect_bytes(smem.v_full[kv.stage], T::kBytesKV);
-      copy(p.tma_v.with(smem.v_full[kv.stage]), tVg(_, n), tVs(_, kv.stage));
-      kv.advance();
+      if (n > n_begin) load_k(n - 1);
+      load_v(n);
     }
   }
 }

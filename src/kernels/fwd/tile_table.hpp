@@ -16,13 +16,56 @@
 
 namespace hopattn::kernels::fwd {
 
+// Each row can be overridden at configure time for experiments without editing this file:
+// -DHOPATTN_TILE_OVERRIDES="128:128,176,2" (head dim: M,N,stages) defines HOPATTN_TILE_HD128_M,
+// _N and _S (nvcc splits -D values at commas, hence three macros).
+#define HOPATTN_TILE_DEFAULT_HD64 192, 128, 2
+#define HOPATTN_TILE_DEFAULT_HD96 128, 128, 2
+#define HOPATTN_TILE_DEFAULT_HD128 128, 128, 2
+#define HOPATTN_TILE_DEFAULT_HD192 128, 96, 2
+#define HOPATTN_TILE_DEFAULT_HD256 128, 80, 2
+
+struct TileDims {
+  int M, N, stages;
+};
+
 template <int kHeadDim>
 struct TileShape;
-template <> struct TileShape<64>  { static constexpr int M = 192, N = 128, stages = 2; };
-template <> struct TileShape<96>  { static constexpr int M = 128, N = 128, stages = 2; };
-template <> struct TileShape<128> { static constexpr int M = 128, N = 128, stages = 2; };
-template <> struct TileShape<192> { static constexpr int M = 128, N = 96, stages = 2; };
-template <> struct TileShape<256> { static constexpr int M = 128, N = 80, stages = 2; };
+
+#define HOPATTN_TILE_ROW(D, ...)                                        \
+  template <>                                                           \
+  struct TileShape<D> {                                                 \
+    static constexpr TileDims dims{__VA_ARGS__};                        \
+    static constexpr int M = dims.M, N = dims.N, stages = dims.stages;  \
+  };
+#define HOPATTN_TILE_OVERRIDE(D) HOPATTN_TILE_HD##D##_M, HOPATTN_TILE_HD##D##_N, HOPATTN_TILE_HD##D##_S
+#ifdef HOPATTN_TILE_HD64_M
+HOPATTN_TILE_ROW(64, HOPATTN_TILE_OVERRIDE(64))
+#else
+HOPATTN_TILE_ROW(64, HOPATTN_TILE_DEFAULT_HD64)
+#endif
+#ifdef HOPATTN_TILE_HD96_M
+HOPATTN_TILE_ROW(96, HOPATTN_TILE_OVERRIDE(96))
+#else
+HOPATTN_TILE_ROW(96, HOPATTN_TILE_DEFAULT_HD96)
+#endif
+#ifdef HOPATTN_TILE_HD128_M
+HOPATTN_TILE_ROW(128, HOPATTN_TILE_OVERRIDE(128))
+#else
+HOPATTN_TILE_ROW(128, HOPATTN_TILE_DEFAULT_HD128)
+#endif
+#ifdef HOPATTN_TILE_HD192_M
+HOPATTN_TILE_ROW(192, HOPATTN_TILE_OVERRIDE(192))
+#else
+HOPATTN_TILE_ROW(192, HOPATTN_TILE_DEFAULT_HD192)
+#endif
+#ifdef HOPATTN_TILE_HD256_M
+HOPATTN_TILE_ROW(256, HOPATTN_TILE_OVERRIDE(256))
+#else
+HOPATTN_TILE_ROW(256, HOPATTN_TILE_DEFAULT_HD256)
+#endif
+#undef HOPATTN_TILE_OVERRIDE
+#undef HOPATTN_TILE_ROW
 
 template <class Element, int kHeadDim, bool kIntraWgOverlap = true>
 using DefaultFwdTraits = FwdTraits<Element, kHeadDim, TileShape<kHeadDim>::M, TileShape<kHeadDim>::N,

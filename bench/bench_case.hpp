@@ -69,8 +69,8 @@ std::vector<Case> table2_cases(hopattn::DType dtype, const std::vector<std::stri
 // ---- Kernel variants (the Table 2 ablation hook) -------------------------------------------
 // A variant edits the forward parameters before planning, e.g. to turn off an optimisation.
 // ADD A VARIANT = ADD ONE LINE to the list in bench_case.cpp, e.g.
-//   {"no-pingpong", "no inter-warpgroup pingpong", [](hopattn::FwdParams& p) { p.<field> = ...; }},
-// The API has no ablation fields yet, so only "default" exists.
+//   {"no-lpt", "tiles in plain order", [](hopattn::FwdParams& p) { p.tuning.disable_lpt = true; }},
+// The switches are FwdParams::tuning (benchmarks only).
 struct FwdVariant {
   std::string name;
   std::string description;

@@ -72,7 +72,7 @@ struct Consumer {
   int tid;  // 0 .. kNumConsumerThreads-1
   Pingpong<T::kNumConsumerWgs> pingpong;
   PipeState<T::kStages> k_pipe, v_pipe;  // K and V rings advance independently
-  uint32_t q_phase = 0;
+  PipeState<T::kQStages> q_pipe;
 
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
@@ -91,6 +91,11 @@ struct Consumer {
     }
     if (first) softmax.template step<true>(s_rc, o_scale);
     else softmax.template step<false>(s_rc, o_scale);
+  }
+
+  __device__ __forceinline__ void release_q() {
+    release(smem.q_empty[q_pipe.stage]);
+    q_pipe.advance();
   }
 
   template <class TensorO>
@@ -113,7 +118,7 @@ struct Consumer {
     typename T::MmaPV mma_pv;
     auto thr_qk = mma_qk.get_thread_slice(tid);
     auto thr_pv = mma_pv.get_thread_slice(tid);
-    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);
+    Tensor tSrQ = thr_qk.partition_fragment_A(sQ);  // (MMA, M, K, q stage)
     Tensor tSrK = thr_qk.partition_fragment_B(sK);    // (MMA, N, K, stage)
     Tensor tOrVt = thr_pv.partition_fragment_B(sVt);  // (MMA, d, keys, stage)
     Tensor tScS = thr_qk.partition_C(make_identity_tensor(Shape<Int<T::kBlockM>, Int<T::kBlockN>>{}));
@@ -132,9 +137,9 @@ struct Consumer {
       clear(tOrO);
       OnlineSoftmax<kRows> softmax(p.scale_log2);
       if (n_end > n_begin) {
-        wait_full(smem.q_full, q_phase);
-        q_phase ^= 1;
-        mainloop(mma_qk, mma_pv, tSrQ, tSrK, tOrVt, tScS, tOrO, softmax, mask, c.m_block, n_begin, n_end);
+        wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
+        auto tSrQ_tile = tSrQ(_, _, _, q_pipe.stage);
+        mainloop(mma_qk, mma_pv, tSrQ_tile, tSrK, tOrVt, tScS, tOrO, softmax, mask, c.m_block, n_begin, n_end);
       }
       Epilogue<T>::store(p, tOrO, tOcO, softmax, c, si, tid);
     }
@@ -183,7 +188,7 @@ struct Consumer {
         rescale_output(tOrO, o_scale);
         convert_into(tSrS_next, tOrP);
       }
-      release(smem.q_empty);  // every Q K^T of this tile has completed
+      release_q();  // every Q K^T of this tile has completed
       pingpong.acquire();
       wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
       issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
@@ -202,7 +207,7 @@ struct Consumer {
         warpgroup_wait<0>();
         release(smem.k_empty[k_pipe.stage]);
         k_pipe.advance();
-        if (n == n_begin) release(smem.q_empty);
+        if (n == n_begin) release_q();
         scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, softmax, o_scale);
         if (n != n_end - 1) rescale_output(tOrO, o_scale);
         convert_into(tSrS, tOrP);

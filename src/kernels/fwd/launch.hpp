@@ -60,7 +60,7 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
                               a.nheads_k, a.batch, varlen);
 
   FwdKernelParams<T> p{
-      make_tma_copy(SM90_TMA_LOAD{}, mQ, typename T::SmemLayoutQ{}, typename T::TileQ{}, _1{}),
+      make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename T::SmemLayoutQ{}), typename T::TileQ{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename T::SmemLayoutK{}), typename T::TileKV{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename T::SmemLayoutV{}), typename T::TileKV{}, _1{}),
       mQ.shape(), mK.shape()};

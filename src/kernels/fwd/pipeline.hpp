@@ -32,8 +32,10 @@ __device__ __forceinline__ void expect_bytes(uint64_t& bar, uint32_t bytes) {
 
 template <class Storage, int kStages>
 __device__ __forceinline__ void init_barriers(Storage& smem, int num_consumer_threads) {
-  FullBarrier::init(&smem.q_full, 1);
-  EmptyBarrier::init(&smem.q_empty, num_consumer_threads);
+  for (int s = 0; s < int(sizeof(smem.q_full) / sizeof(smem.q_full[0])); ++s) {
+    FullBarrier::init(&smem.q_full[s], 1);
+    EmptyBarrier::init(&smem.q_empty[s], num_consumer_threads);
+  }
   for (int s = 0; s < kStages; ++s) {
     FullBarrier::init(&smem.k_full[s], 1);
     FullBarrier::init(&smem.v_full[s], 1);

@@ -25,7 +25,7 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
   const bool varlen = p.cu_seqlens_q != nullptr;
 
   PipeState<T::kStages> k_pipe, v_pipe;
-  uint32_t q_phase = 0;
+  PipeState<T::kQStages> q_pipe;
   for (int tile = blockIdx.x; tile < sched.num_tiles; tile += gridDim.x) {
     const TileCoord c = sched.decode(tile);
     const SeqInfo si = seq_info(p, c.batch);
@@ -47,10 +47,10 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     auto [tKg, tKs] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto [tVg, tVs] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
-    wait_empty(smem.q_empty, q_phase);  // the consumers are done with the previous tile's Q
-    expect_bytes(smem.q_full, T::kBytesQ);
-    copy(p.tma_q.with(smem.q_full), tQg, tQs);
-    q_phase ^= 1;
+    wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);  // consumers done with that buffer's Q
+    expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
+    copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));
+    q_pipe.advance();
     // K runs one block ahead of V: the consumers need K_{n-1} (next scores) and V_n (this
     // block's P V) at the same time, and K stages are released a GEMM earlier than V stages.
     auto load_k = [&](int n) {

@@ -57,8 +57,15 @@ struct FwdTraits {
                            GMMA::Major::K, GMMA::Major::MN>(),
       ConsumerAtoms{}));
 
+  // Q is double-buffered where shared memory allows (d <= 128 here), so that the producer loads
+  // the next tile's Q while this tile runs instead of after its last Q K^T.
+  static constexpr int kSmemKVBytes = 2 * kStages * kBlockN * kHeadDim * int(sizeof(Element));
+  static constexpr int kSmemQBytes = kBlockM * kHeadDim * int(sizeof(Element));
+  static constexpr int kQStages = 2 * kSmemQBytes + kSmemKVBytes + 1024 <= 227 * 1024 ? 2 : 1;
+
   using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
-  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, TileQ{}));
+  using SmemLayoutQ = decltype(tile_to_shape(
+      SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQStages>>{}));
   using SmemLayoutK = decltype(tile_to_shape(
       SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
   using SmemLayoutV = SmemLayoutK;
@@ -72,7 +79,8 @@ struct FwdTraits {
   using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
   using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
                                           GmemShape{}, GmemStride{}));
-  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutQ{}, TileQ{}, _1{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
+                                      TileQ{}, _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
                                        take<0, 2>(SmemLayoutK{}), TileKV{}, _1{}));
 
@@ -84,7 +92,7 @@ struct FwdTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>> v;
     // Pipeline barriers: see docs/design/fwd.md for what each one means.
-    alignas(8) uint64_t q_full, q_empty;
+    alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));

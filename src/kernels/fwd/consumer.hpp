@@ -125,7 +125,8 @@ struct Consumer {
     Tensor tOcO = thr_pv.partition_C(make_identity_tensor(Shape<Int<T::kBlockM>, Int<T::kHeadDim>>{}));
 
     pingpong.start_tile_stream();
-    for (int tile = blockIdx.x; tile < sched.num_tiles; tile += gridDim.x) {
+    TileRingState ring;
+    for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {
       const TileCoord c = sched.decode(tile);
       const SeqInfo si = seq_info(p, c.batch);
       if (c.m_block * T::kBlockM >= si.seqlen_q) continue;

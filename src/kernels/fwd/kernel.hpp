@@ -24,6 +24,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
 
   if (warp == 0 && cute::elect_one_sync()) {
     init_barriers<typename T::SharedStorage, T::kStages>(smem, T::kNumConsumerThreads);
+    smem.tiles.init(T::kNumConsumerThreads);
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
@@ -31,7 +32,8 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  const TileScheduler sched{p.num_m_blocks, p.nheads, p.num_tiles, p.heads_per_l2_section, p.longest_first};
+  const TileScheduler sched{p.num_m_blocks, p.nheads,       p.num_tiles,
+                            p.heads_per_l2_section, p.longest_first, p.tile_counter};
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (warp == 0 && cute::elect_one_sync()) producer_loop<T>(p, smem, sched);

@@ -98,9 +98,12 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
 }
 
 template <class T>
-void launch(const FwdArgs& a, void* /*workspace*/, cudaStream_t stream) {
-  const FwdKernelParams<T> p = make_params<T>(a);
+void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
+  FwdKernelParams<T> p = make_params<T>(a);
   if (p.num_tiles == 0) return;
+  // The dynamic scheduler's tile counter; a memset node is as graph-capturable as the kernel.
+  p.tile_counter = static_cast<int*>(workspace);
+  HOPATTN_CUDA_CHECK(cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream));
   auto kernel = attention_fwd_kernel<T>;
   HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
   const int grid = std::min(p.num_tiles, a.num_sms);
@@ -110,7 +113,7 @@ void launch(const FwdArgs& a, void* /*workspace*/, cudaStream_t stream) {
 
 template <class T>
 size_t workspace_bytes(const FwdArgs&) {
-  return 0;  // the static persistent scheduler needs no global state
+  return 256;  // the tile counter of the dynamic scheduler (padded to an allocation granule)
 }
 
 }  // namespace hopattn::kernels::fwd

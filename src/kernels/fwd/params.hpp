@@ -33,6 +33,7 @@ struct FwdKernelParams {
   // Tile scheduler (see tile_scheduler.hpp).
   int num_m_blocks{}, num_tiles{}, heads_per_l2_section{};
   bool longest_first{};
+  int* tile_counter{};  // workspace, zeroed before each launch
 };
 
 // Where one batch entry's rows live and how long it is.

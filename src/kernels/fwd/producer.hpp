@@ -26,8 +26,14 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
 
   PipeState<T::kStages> k_pipe, v_pipe;
   PipeState<T::kQStages> q_pipe;
-  for (int tile = blockIdx.x; tile < sched.num_tiles; tile += gridDim.x) {
+  TileRingState ring;
+  int tile = sched.first_tile();
+  publish_tile(smem.tiles, ring, tile);
+  for (; tile < sched.num_tiles;) {
+    const int next = sched.claim_next();  // claimed early: the atomic's latency hides under this tile
+    publish_tile(smem.tiles, ring, next);
     const TileCoord c = sched.decode(tile);
+    tile = next;
     const SeqInfo si = seq_info(p, c.batch);
     if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
     const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};

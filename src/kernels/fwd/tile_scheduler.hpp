@@ -1,15 +1,24 @@
-// Persistent tile scheduler: the grid is at most one CTA per SM and CTA c takes tiles
-// c, c + grid, c + 2 grid, ... (static, so the producer and the consumers of a CTA walk the same
-// sequence without talking to each other, and results are deterministic).
+// Persistent tile scheduler. The grid is at most one CTA per SM; each CTA's producer thread
+// claims tiles and hands each one to the consumer warpgroups through a two-slot ring in shared
+// memory (TileRing), so producer and consumers always agree on the sequence.
+//
+// Claiming: the first tile of CTA c is c; after that the producer takes the next unclaimed tile
+// from a global counter (atomicAdd on the workspace, zeroed before the launch): greedy, so a CTA
+// that drew short tiles simply draws more. A fixed stride (c, c + grid, ...) looked equivalent
+// but is badly unbalanced with longest-first order: with 128-tile sections and a stride of 132,
+// CTA 0 drew m-blocks 127, 123, 119... and CTA 100 drew 27, 23, 19... (see docs/perf-log.md).
 //
 // Order of tiles, for L2 reuse and load balance:
 //  * (head, batch) pairs are cut into L2 sections of heads_per_l2_section pairs, sized on the
 //    host so that one section's K and V fit in about half of L2;
-//  * inside a section the head is the fastest index, so the CTAs running at one time share few
+//  * inside a section the head index runs fastest, so the CTAs running at one time share few
 //    K/V heads;
-//  * with a causal or windowed mask, m blocks go longest-first (the diagonal tiles near the end
-//    of the sequence see the most keys): largest-processing-time-first, the LPT of the slides.
+//  * with a causal or windowed mask, m blocks go longest-first (the tiles near the end of the
+//    sequence see the most keys): largest-processing-time-first, the LPT of the slides.
+// Results do not depend on which CTA runs a tile, so the forward stays deterministic.
 #pragma once
+
+#include <cutlass/arch/barrier.h>
 
 namespace hopattn::kernels::fwd {
 
@@ -20,6 +29,10 @@ struct TileCoord {
 struct TileScheduler {
   int num_m_blocks, nheads, num_tiles, section;
   bool longest_first;
+  int* counter;  // workspace: tiles claimed beyond the first wave
+
+  __device__ __forceinline__ int first_tile() const { return blockIdx.x; }
+  __device__ __forceinline__ int claim_next() const { return int(gridDim.x) + atomicAdd(counter, 1); }
 
   __device__ __forceinline__ TileCoord decode(int tile) const {
     const int tiles_per_section = section * num_m_blocks;
@@ -36,5 +49,45 @@ struct TileScheduler {
     return c;
   }
 };
+
+// Producer -> consumers hand-off of tile indices: slot s is written by the producer thread, then
+// `full[s]` completes (mbarrier arrive has release semantics); consumers read it and arrive on
+// `empty[s]`. A tile index >= num_tiles tells the consumers to stop.
+struct TileRing {
+  int slot[2];
+  alignas(8) uint64_t full[2];
+  uint64_t empty[2];
+
+  __device__ __forceinline__ void init(int num_consumer_threads) {
+    for (int s = 0; s < 2; ++s) {
+      cutlass::arch::ClusterBarrier::init(&full[s], 1);
+      cutlass::arch::ClusterBarrier::init(&empty[s], num_consumer_threads);
+    }
+  }
+};
+
+struct TileRingState {
+  int stage = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void advance() {
+    stage ^= 1;
+    if (stage == 0) phase ^= 1;
+  }
+};
+
+__device__ __forceinline__ void publish_tile(TileRing& ring, TileRingState& st, int tile) {
+  cutlass::arch::ClusterBarrier::wait(&ring.empty[st.stage], st.phase ^ 1);
+  ring.slot[st.stage] = tile;
+  cutlass::arch::ClusterBarrier::arrive(&ring.full[st.stage]);
+  st.advance();
+}
+
+__device__ __forceinline__ int receive_tile(TileRing& ring, TileRingState& st) {
+  cutlass::arch::ClusterBarrier::wait(&ring.full[st.stage], st.phase);
+  const int tile = ring.slot[st.stage];
+  cutlass::arch::ClusterBarrier::arrive(&ring.empty[st.stage]);
+  st.advance();
+  return tile;
+}
 
 }  // namespace hopattn::kernels::fwd

@@ -19,11 +19,11 @@ namespace hopattn::kernels::fwd {
 // Each row can be overridden at configure time for experiments without editing this file:
 // -DHOPATTN_TILE_OVERRIDES="128:128,176,2" (head dim: M,N,stages) defines HOPATTN_TILE_HD128_M,
 // _N and _S (nvcc splits -D values at commas, hence three macros).
-#define HOPATTN_TILE_DEFAULT_HD64 192, 128, 2
+#define HOPATTN_TILE_DEFAULT_HD64 192, 96, 2
 #define HOPATTN_TILE_DEFAULT_HD96 128, 128, 2
 #define HOPATTN_TILE_DEFAULT_HD128 128, 128, 2
 #define HOPATTN_TILE_DEFAULT_HD192 128, 96, 2
-#define HOPATTN_TILE_DEFAULT_HD256 128, 80, 2
+#define HOPATTN_TILE_DEFAULT_HD256 128, 64, 2
 
 struct TileDims {
   int M, N, stages;

@@ -9,6 +9,8 @@
 #include <cute/arch/mma_sm90.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "kernels/fwd/tile_scheduler.hpp"
+
 namespace hopattn::kernels::fwd {
 
 using namespace cute;
@@ -94,6 +96,7 @@ struct FwdTraits {
     // Pipeline barriers: see docs/design/fwd.md for what each one means.
     alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+    TileRing tiles;  // producer -> consumers: which tile comes next
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");

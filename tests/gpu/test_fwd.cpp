@@ -46,6 +46,9 @@ struct FwdCase {
   bool varlen() const { return !varlen_q.empty(); }
 };
 
+// GoogleTest prints parameters in failure messages and CTest listings: use the readable name.
+void PrintTo(const FwdCase& c, std::ostream* os) { *os << c.name(); }
+
 ref::Problem make_problem(const FwdCase& c) {
   ref::Problem p = c.varlen()
                        ? ref::varlen_problem(c.varlen_q, c.varlen_k, c.nheads, c.nheads_k, c.head_dim)

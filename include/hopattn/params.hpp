@@ -50,8 +50,11 @@ struct FwdParams {
   const int32_t* seqused_q = nullptr;     // (batch): rows beyond are neither read nor written
   const int32_t* seqused_k = nullptr;     // (batch): keys beyond are ignored
   int32_t batch_varlen = 0;               // batch size when cu_seqlens_* are given
-  int32_t max_seqlen_q = 0;               // upper bounds, required with cu_seqlens_*
-  int32_t max_seqlen_k = 0;
+  int32_t max_seqlen_q = 0;               // upper bounds, required with cu_seqlens_*: rows of a
+  int32_t max_seqlen_k = 0;               // longer sequence are not computed (left unwritten)
+  // The device arrays above cannot be checked on the host without a synchronisation: the
+  // kernels clamp them to the tensors' extents (never an out-of-bounds access), but wrong values
+  // give wrong results. K/V rows past seqused_k must hold finite values (0 * NaN is NaN).
 
   float softmax_scale = 0.f;  // 0 means 1/sqrt(head_dim)
   MaskArgs mask;

@@ -1,4 +1,6 @@
 // plan_* (validate, choose a kernel, size the workspace) and run_* (launch only).
+#include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "api/cuda_check.hpp"
@@ -41,8 +43,10 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
     a.lse_head_stride = prob.varlen ? p.lse.stride[0] : p.lse.stride[1];
   }
   a.batch = prob.batch;
-  a.seqlen_q = prob.seqlen_q;
-  a.seqlen_k = prob.seqlen_k;
+  // max_seqlen_* can only be bounded by the packed totals on the host (cu_seqlens live on the
+  // device); a larger value only adds empty tiles, so clamp it.
+  a.seqlen_q = static_cast<int>(std::min<int64_t>(prob.seqlen_q, prob.total_q));
+  a.seqlen_k = static_cast<int>(std::min<int64_t>(prob.seqlen_k, prob.total_k));
   a.total_q = static_cast<int>(p.q.shape[0] * (prob.varlen ? 1 : p.q.shape[1]));
   a.total_k = static_cast<int>(p.k.shape[0] * (prob.varlen ? 1 : p.k.shape[1]));
   a.nheads = prob.nheads;
@@ -82,6 +86,8 @@ void check_workspace(const Plan& plan, void* workspace, size_t bytes) {
   if (plan.workspace_bytes > 0 && workspace == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "workspace", "is null but the plan needs " +
                                                               std::to_string(plan.workspace_bytes) + " bytes");
+  if (reinterpret_cast<uintptr_t>(workspace) % 16 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "workspace", "must be 16-byte aligned");
 }
 
 }  // namespace
@@ -106,6 +112,11 @@ void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t works
   dev.queried = false;
   const FwdProblem prob = detail::validate_fwd(p, dev);
   if (prob.empty()) return;
+  int num_kernels = 0;
+  while (kernels::fwd_kernels()[num_kernels].name != nullptr) ++num_kernels;
+  if (plan.kernel_id < 0 || plan.kernel_id >= num_kernels)
+    throw Error(ErrorCode::kInvalidArgument, "plan", "was not made by plan_fwd (kernel id " +
+                                                         std::to_string(plan.kernel_id) + ")");
   const kernels::FwdKernel& k = kernels::fwd_kernels()[plan.kernel_id];
   if (k.dtype != prob.dtype || k.head_dim != prob.head_dim ||
       k.intra_wg_overlap == p.tuning.disable_intra_wg_overlap)

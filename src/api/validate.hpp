@@ -34,6 +34,7 @@ struct FwdProblem {
   DType dtype = DType::kBFloat16;      // of q, k, v
   DType out_dtype = DType::kBFloat16;
   int batch = 0, seqlen_q = 0, seqlen_k = 0;  // for varlen: batch_varlen and the max lengths
+  int64_t total_q = 0, total_k = 0;           // rows of the packed q / k (dense: batch * seqlen)
   int nheads = 0, nheads_k = 0, head_dim = 0, head_dim_v = 0;
   bool varlen = false;
   float softmax_scale = 0.f;
@@ -41,7 +42,7 @@ struct FwdProblem {
   int window_left = -1, window_right = -1;  // after folding causal in
   float softcap = 0.f;
   bool has_lse = false;
-  bool empty() const { return batch == 0 || seqlen_q == 0 || nheads == 0; }
+  bool empty() const { return batch == 0 || seqlen_q == 0 || total_q == 0 || nheads == 0; }
 };
 
 FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev);

@@ -23,6 +23,7 @@ FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev) {
     if (g.like_q) check_like_q(*g.t, g.name, s, g.dim);
     else check_like_k(*g.t, g.name, s, g.dim);
     check_memory_layout(*g.t, g.name);
+    if (g.t != &p.out && g.t != &p.dout) check_no_self_overlap(*g.t, g.name);
     check_device_pointer(g.t->data, g.name, dev);
   }
   require_defined(p.lse, "lse");

@@ -55,6 +55,7 @@ FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev) {
   prob.out_dtype = p.out.dtype;
   check_like_q(p.out, "out", s, s.head_dim_v);
   check_memory_layout(p.out, "out");
+  check_no_self_overlap(p.out, "out");
   check_device_pointer(p.out.data, "out", dev);
   check_lse(p.lse, s);
   check_device_pointer(p.lse.data, "lse", dev);

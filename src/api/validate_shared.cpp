@@ -1,5 +1,6 @@
 #include "api/validate_shared.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -50,6 +51,25 @@ void check_contiguous(const TensorView& t, const char* name) {
   if (t.numel() > 0 && t.data == nullptr) fail(name, "data pointer is null");
   if (t.numel() > 0 && reinterpret_cast<uintptr_t>(t.data) % 4 != 0)
     fail(name, "must be 4-byte aligned");
+}
+
+void check_no_self_overlap(const TensorView& t, const char* name) {
+  // Dims of extent > 1 sorted by stride: each stride must step over the previous dim's extent,
+  // or two elements share an address and the kernel's writes race.
+  int idx[4];
+  int n = 0;
+  for (int i = 0; i < t.rank; ++i)
+    if (t.shape[i] > 1) idx[n++] = i;
+  for (int a = 1; a < n; ++a)  // insertion sort of at most 4 dims by stride
+    for (int b = a; b > 0 && t.stride[idx[b]] < t.stride[idx[b - 1]]; --b) std::swap(idx[b], idx[b - 1]);
+  int64_t span = 1;
+  for (int j = 0; j < n; ++j) {
+    if (t.stride[idx[j]] < span)
+      fail(name, "is an output whose elements overlap in memory (stride " +
+                     std::to_string(t.stride[idx[j]]) + " of dim " + std::to_string(idx[j]) +
+                     " is smaller than the " + std::to_string(span) + " elements it must step over)");
+    span = t.stride[idx[j]] * t.shape[idx[j]];
+  }
 }
 
 void check_like_q(const TensorView& t, const char* name, const AttnShape& s, int64_t dim) {
@@ -143,6 +163,8 @@ AttnShape check_qkv(const TensorView& q, const TensorView& k, const TensorView& 
 
 FwdProblem make_problem(const TensorView& q, const AttnShape& s) {
   FwdProblem prob;
+  prob.total_q = s.total_q;
+  prob.total_k = s.total_k;
   prob.dtype = q.dtype;
   prob.varlen = s.varlen;
   prob.batch = static_cast<int>(s.batch);
@@ -156,8 +178,9 @@ FwdProblem make_problem(const TensorView& q, const AttnShape& s) {
 }
 
 void check_scalars(float softmax_scale, const MaskArgs& mask, float softcap, FwdProblem& prob) {
-  if (!std::isfinite(softmax_scale))
-    fail("softmax_scale", "must be finite, got " + std::to_string(softmax_scale));
+  if (!std::isfinite(softmax_scale) || softmax_scale < 0.f)
+    fail("softmax_scale", "must be finite and >= 0 (0 means 1/sqrt(head_dim)), got " +
+                              std::to_string(softmax_scale));
   prob.softmax_scale = softmax_scale != 0.f ? softmax_scale : 1.f / std::sqrt(float(prob.head_dim));
   if (!std::isfinite(softcap) || softcap < 0.f)
     fail("softcap", "must be >= 0 (0 disables), got " + std::to_string(softcap));
@@ -172,6 +195,13 @@ void check_scalars(float softmax_scale, const MaskArgs& mask, float softcap, Fwd
   prob.causal = mask.causal;
   prob.window_left = mask.window_left;
   prob.window_right = mask.causal ? 0 : mask.window_right;
+  // A window wider than any sequence is no window (bottom-right alignment: every key is within
+  // window_left of every row once window_left >= seqlen_k, and within window_right once
+  // window_right >= seqlen_q). Normalising here keeps the kernel's index arithmetic in range.
+  const int64_t max_k = prob.varlen ? prob.total_k : prob.seqlen_k;
+  const int64_t max_q = prob.varlen ? prob.total_q : prob.seqlen_q;
+  if (prob.window_left >= max_k) prob.window_left = -1;
+  if (prob.window_right >= max_q) prob.window_right = -1;
 }
 
 }  // namespace hopattn::detail

@@ -29,6 +29,8 @@ void check_like_q(const TensorView& t, const char* name, const AttnShape& s, int
 // t has k's leading dims and nheads_k heads of size dim.
 void check_like_k(const TensorView& t, const char* name, const AttnShape& s, int64_t dim);
 void check_contiguous(const TensorView& t, const char* name);
+// Outputs only: no two elements may share an address.
+void check_no_self_overlap(const TensorView& t, const char* name);
 FwdProblem make_problem(const TensorView& q, const AttnShape& s);
 void check_scalars(float softmax_scale, const MaskArgs& mask, float softcap, FwdProblem& prob);
 

@@ -3,7 +3,7 @@
 # translation unit (parallel builds, per-file compile stats); registry.cpp lists them for the
 # dispatcher. Tile shapes live in src/kernels/fwd/tile_table.hpp.
 set(_gen "${CMAKE_CURRENT_BINARY_DIR}/kernels")
-# Tile experiments: HOPATTN_TILE_OVERRIDES="128:128,176,2;64:192,128,2" (head dim: M,N,stages).
+# Tile experiments: HOPATTN_TILE_OVERRIDES="128:128,176,2;64:192,128,2,0" (head dim: M,N,stages[,overlap]).
 set(HOPATTN_TILE_OVERRIDES "" CACHE STRING "Tile-table overrides for experiments, e.g. 128:128,176,2")
 set(HOPATTN_TILE_DEFINES "")
 foreach(_ov IN LISTS HOPATTN_TILE_OVERRIDES)
@@ -14,7 +14,13 @@ foreach(_ov IN LISTS HOPATTN_TILE_OVERRIDES)
   list(GET _mns 0 _m)
   list(GET _mns 1 _n)
   list(GET _mns 2 _s)
-  list(APPEND HOPATTN_TILE_DEFINES HOPATTN_TILE_HD${_hd}_M=${_m} HOPATTN_TILE_HD${_hd}_N=${_n} HOPATTN_TILE_HD${_hd}_S=${_s})
+  set(_o 1)
+  list(LENGTH _mns _len)
+  if(_len GREATER 3)
+    list(GET _mns 3 _o)
+  endif()
+  list(APPEND HOPATTN_TILE_DEFINES HOPATTN_TILE_HD${_hd}_M=${_m} HOPATTN_TILE_HD${_hd}_N=${_n}
+       HOPATTN_TILE_HD${_hd}_S=${_s} HOPATTN_TILE_HD${_hd}_O=${_o})
   message(STATUS "hopattn: tile override for head dim ${_hd}: ${_dims}")
 endforeach()
 file(MAKE_DIRECTORY "${_gen}")

@@ -200,6 +200,49 @@ TEST_F(FwdFixture, ScalarArguments) {
   expect_error(ErrorCode::kInvalidArgument, "softmax_scale", "finite");
 }
 
+TEST_F(FwdFixture, NegativeScale) {
+  p.softmax_scale = -0.1f;
+  expect_error(ErrorCode::kInvalidArgument, "softmax_scale", ">= 0");
+}
+
+TEST_F(FwdFixture, OverlappingOutput) {
+  p.out.stride = {64 * 8 * 128, 8 * 128, 64, 1};  // heads 64 apart but 128 wide: overlap
+  expect_error(ErrorCode::kInvalidArgument, "out", "overlap");
+}
+
+TEST_F(FwdFixture, RunRejectsForeignPlanAndBadWorkspace) {
+  Plan foreign;  // not made by plan_fwd
+  foreign.device = fake_hopper();
+  try {
+    run_fwd(foreign, p, nullptr, 0, nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "plan") << e.what();
+  }
+  try {
+    const Plan plan = plan_fwd(p, fake_hopper());
+    alignas(16) char bytes[512];
+    if (plan.workspace_bytes > 0) {
+      try {
+        run_fwd(plan, p, nullptr, 0, nullptr);
+        FAIL();
+      } catch (const Error& e) {
+        EXPECT_EQ(e.argument(), "workspace") << e.what();
+        EXPECT_EQ(e.code(), ErrorCode::kWorkspaceTooSmall) << e.what();
+      }
+      try {
+        run_fwd(plan, p, bytes + 4, sizeof(bytes) - 4, nullptr);
+        FAIL();
+      } catch (const Error& e) {
+        EXPECT_EQ(e.argument(), "workspace") << e.what();
+        EXPECT_NE(std::string(e.what()).find("aligned"), std::string::npos) << e.what();
+      }
+    }
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();
+  }
+}
+
 TEST_F(FwdFixture, DescaleOnlyForFp8) {
   float scale = 1.f;
   p.k_descale = &scale;

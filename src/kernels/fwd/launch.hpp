@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <string>
 
 #include <cute/tensor.hpp>
 
@@ -88,12 +90,21 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   p.window_right = a.window_right;
   p.pingpong = !a.disable_pingpong;
 
-  p.num_m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
-  p.num_tiles = p.num_m_blocks * a.nheads * a.batch;
-  const double kv_bytes_per_head = 2.0 * a.seqlen_k * T::kHeadDim * sizeof(Element);
-  const int kv_heads_fit = std::max(1, int(0.5 * l2_cache_bytes() / std::max(1.0, kv_bytes_per_head)));
-  p.heads_per_l2_section = std::min(a.nheads * a.batch, kv_heads_fit * p.head_group);
+  // Sizes in 64-bit: the API bounds each length by int32, not their products.
+  const int64_t num_m_blocks = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM;
+  const int64_t pairs = int64_t(a.nheads) * a.batch;
+  const int64_t num_tiles = num_m_blocks * pairs;
+  if (num_tiles > INT32_MAX)
+    throw Error(ErrorCode::kNotSupported, "q", "more than 2^31 tiles (batch * heads * seqlen_q / " +
+                                                   std::to_string(T::kBlockM) + ")");
+  p.num_m_blocks = int(num_m_blocks);
+  p.num_tiles = int(num_tiles);
+  const double kv_bytes_per_head = 2.0 * std::max(a.seqlen_k, 1) * T::kHeadDim * sizeof(Element);
+  const int64_t kv_heads_fit = std::max<int64_t>(1, int64_t(0.5 * l2_cache_bytes() / kv_bytes_per_head));
+  p.heads_per_l2_section = int(std::min<int64_t>(pairs, kv_heads_fit * p.head_group));
   p.longest_first = a.has_window() && !a.disable_lpt;
+  p.total_q = a.total_q;
+  p.total_k = a.total_k;
   return p;
 }
 

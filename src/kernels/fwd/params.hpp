@@ -34,9 +34,10 @@ struct FwdKernelParams {
   int num_m_blocks{}, num_tiles{}, heads_per_l2_section{};
   bool longest_first{};
   int* tile_counter{};  // workspace, zeroed before each launch
+  int total_q{}, total_k{};  // rows of the packed q and k: bounds for untrusted device lengths
 };
 
-// Where one batch entry's rows live and how long it is.
+// Where one batch entry's rows live and how long it is (packed row offsets for varlen).
 struct SeqInfo {
   int q_offset = 0, k_offset = 0;  // first packed row (varlen) or 0 (dense: batch index selects)
   int seqlen_q = 0, seqlen_k = 0;
@@ -54,8 +55,14 @@ __device__ __forceinline__ SeqInfo seq_info(const Params& p, int batch) {
     s.seqlen_q = p.seqlen_q;
     s.seqlen_k = p.seqlen_k;
   }
-  if (p.seqused_q != nullptr) s.seqlen_q = p.seqused_q[batch];
-  if (p.seqused_k != nullptr) s.seqlen_k = p.seqused_k[batch];
+  // Device-side lengths cannot be validated on the host without a synchronisation; clamp them
+  // so that a wrong value can never make the kernel read or write outside the tensors.
+  if (p.seqused_q != nullptr) s.seqlen_q = min(s.seqlen_q, p.seqused_q[batch]);
+  if (p.seqused_k != nullptr) s.seqlen_k = min(s.seqlen_k, p.seqused_k[batch]);
+  s.q_offset = max(0, min(s.q_offset, p.total_q));
+  s.k_offset = max(0, min(s.k_offset, p.total_k));
+  s.seqlen_q = max(0, min(s.seqlen_q, p.total_q - s.q_offset));
+  s.seqlen_k = max(0, min(s.seqlen_k, p.total_k - s.k_offset));
   return s;
 }
 

@@ -50,8 +50,9 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     Tensor gV = local_tile(domain_offset(make_coord(si.k_offset, _0{}), mV(_, _, kv_head, b)),
                            typename T::TileKV{}, make_coord(_, _0{}));
     auto [tQg, tQs] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    auto [tKg, tKs] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVg, tVs] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    // (TMA view of global blocks, TMA view of shared stages) for K and V.
+    const auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    const auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);  // consumers done with that buffer's Q
     expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
@@ -62,13 +63,13 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     auto load_k = [&](int n) {
       wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
       expect_bytes(smem.k_full[k_pipe.stage], T::kBytesKV);
-      copy(p.tma_k.with(smem.k_full[k_pipe.stage]), tKg(_, n), tKs(_, k_pipe.stage));
+      copy(p.tma_k.with(smem.k_full[k_pipe.stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, k_pipe.stage));
       k_pipe.advance();
     };
     auto load_v = [&](int n) {
       wait_empty(smem.v_empty[v_pipe.stage], v_pipe.phase);
       expect_bytes(smem.v_full[v_pipe.stage], T::kBytesKV);
-      copy(p.tma_v.with(smem.v_full[v_pipe.stage]), tVg(_, n), tVs(_, v_pipe.stage));
+      copy(p.tma_v.with(smem.v_full[v_pipe.stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, v_pipe.stage));
       v_pipe.advance();
     };
     load_k(n_end - 1);

@@ -17,16 +17,18 @@
 namespace hopattn::kernels::fwd {
 
 // Each row can be overridden at configure time for experiments without editing this file:
-// -DHOPATTN_TILE_OVERRIDES="128:128,176,2" (head dim: M,N,stages) defines HOPATTN_TILE_HD128_M,
-// _N and _S (nvcc splits -D values at commas, hence three macros).
-#define HOPATTN_TILE_DEFAULT_HD64 192, 96, 2
-#define HOPATTN_TILE_DEFAULT_HD96 128, 128, 2
-#define HOPATTN_TILE_DEFAULT_HD128 128, 128, 2
-#define HOPATTN_TILE_DEFAULT_HD192 128, 96, 2
-#define HOPATTN_TILE_DEFAULT_HD256 128, 64, 2
+// -DHOPATTN_TILE_OVERRIDES="128:128,176,2,1" (head dim: M,N,stages,overlap) defines
+// HOPATTN_TILE_HD128_M, _N, _S and _O (nvcc splits -D values at commas, hence four macros).
+// overlap = 1: intra-warpgroup GEMM/softmax overlap (Algorithm 2); 0: Algorithm 1 consumer,
+// fewer live registers (no S_next next to P), for tiles whose softmax share is small.
+#define HOPATTN_TILE_DEFAULT_HD64 192, 96, 2, 1
+#define HOPATTN_TILE_DEFAULT_HD96 128, 128, 2, 1
+#define HOPATTN_TILE_DEFAULT_HD128 128, 128, 2, 1
+#define HOPATTN_TILE_DEFAULT_HD192 128, 96, 2, 1
+#define HOPATTN_TILE_DEFAULT_HD256 128, 64, 2, 1
 
 struct TileDims {
-  int M, N, stages;
+  int M, N, stages, overlap;
 };
 
 template <int kHeadDim>
@@ -37,8 +39,10 @@ struct TileShape;
   struct TileShape<D> {                                                 \
     static constexpr TileDims dims{__VA_ARGS__};                        \
     static constexpr int M = dims.M, N = dims.N, stages = dims.stages;  \
+    static constexpr bool overlap = dims.overlap != 0;                  \
   };
-#define HOPATTN_TILE_OVERRIDE(D) HOPATTN_TILE_HD##D##_M, HOPATTN_TILE_HD##D##_N, HOPATTN_TILE_HD##D##_S
+#define HOPATTN_TILE_OVERRIDE(D) \
+  HOPATTN_TILE_HD##D##_M, HOPATTN_TILE_HD##D##_N, HOPATTN_TILE_HD##D##_S, HOPATTN_TILE_HD##D##_O
 #ifdef HOPATTN_TILE_HD64_M
 HOPATTN_TILE_ROW(64, HOPATTN_TILE_OVERRIDE(64))
 #else
@@ -67,8 +71,9 @@ HOPATTN_TILE_ROW(256, HOPATTN_TILE_DEFAULT_HD256)
 #undef HOPATTN_TILE_OVERRIDE
 #undef HOPATTN_TILE_ROW
 
+// kIntraWgOverlap = false is the ablation variant; true takes the table's choice.
 template <class Element, int kHeadDim, bool kIntraWgOverlap = true>
 using DefaultFwdTraits = FwdTraits<Element, kHeadDim, TileShape<kHeadDim>::M, TileShape<kHeadDim>::N,
-                                   TileShape<kHeadDim>::stages, kIntraWgOverlap>;
+                                   TileShape<kHeadDim>::stages, kIntraWgOverlap && TileShape<kHeadDim>::overlap>;
 
 }  // namespace hopattn::kernels::fwd

@@ -51,8 +51,8 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
                            typename T::TileKV{}, make_coord(_, _0{}));
     auto [tQg, tQs] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
     // (TMA view of global blocks, TMA view of shared stages) for K and V.
-    const auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    const auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);  // consumers done with that buffer's Q
     expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);

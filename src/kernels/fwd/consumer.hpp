@@ -167,6 +167,7 @@ struct Consumer {
       issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
       pingpong.hand_over();
       warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
       release(smem.k_empty[k_pipe.stage]);
       k_pipe.advance();
       scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, softmax, o_scale);
@@ -180,10 +181,12 @@ struct Consumer {
         issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
         pingpong.hand_over();
         warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
+        warpgroup_fence_operand(tSrS_next);
         release(smem.k_empty[k_pipe.stage]);
         k_pipe.advance();
         scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, softmax, o_scale);
         warpgroup_wait<0>();
+        warpgroup_fence_operand(tOrO);
         release(smem.v_empty[v_pipe.stage]);
         v_pipe.advance();
         rescale_output(tOrO, o_scale);
@@ -195,6 +198,7 @@ struct Consumer {
       issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
       pingpong.hand_over();
       warpgroup_wait<0>();
+      warpgroup_fence_operand(tOrO);
       release(smem.v_empty[v_pipe.stage]);
       v_pipe.advance();
     } else {

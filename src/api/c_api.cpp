@@ -21,8 +21,9 @@ hopattn::TensorView to_view(const hopattn_tensor& t) {
   return v;
 }
 
-hopattn::FwdParams to_cpp(const hopattn_fwd_params& c) {
-  hopattn::FwdParams p;
+// The fields the forward and backward structs share, in both languages under the same names.
+template <class Cpp, class C>
+void copy_common(Cpp& p, const C& c) {
   p.q = to_view(c.q);
   p.k = to_view(c.k);
   p.v = to_view(c.v);
@@ -38,6 +39,11 @@ hopattn::FwdParams to_cpp(const hopattn_fwd_params& c) {
   p.softmax_scale = c.softmax_scale;
   p.mask = {c.causal != 0, c.window_left, c.window_right};
   p.softcap = c.softcap;
+}
+
+hopattn::FwdParams to_cpp(const hopattn_fwd_params& c) {
+  hopattn::FwdParams p;
+  copy_common(p, c);
   p.q_descale = c.q_descale;
   p.k_descale = c.k_descale;
   p.v_descale = c.v_descale;
@@ -53,25 +59,11 @@ hopattn::FwdParams to_cpp(const hopattn_fwd_params& c) {
 
 hopattn::BwdParams to_cpp(const hopattn_bwd_params& c) {
   hopattn::BwdParams p;
-  p.q = to_view(c.q);
-  p.k = to_view(c.k);
-  p.v = to_view(c.v);
-  p.out = to_view(c.out);
-  p.lse = to_view(c.lse);
+  copy_common(p, c);
   p.dout = to_view(c.dout);
   p.dq = to_view(c.dq);
   p.dk = to_view(c.dk);
   p.dv = to_view(c.dv);
-  p.cu_seqlens_q = c.cu_seqlens_q;
-  p.cu_seqlens_k = c.cu_seqlens_k;
-  p.seqused_q = c.seqused_q;
-  p.seqused_k = c.seqused_k;
-  p.batch_varlen = c.batch_varlen;
-  p.max_seqlen_q = c.max_seqlen_q;
-  p.max_seqlen_k = c.max_seqlen_k;
-  p.softmax_scale = c.softmax_scale;
-  p.mask = {c.causal != 0, c.window_left, c.window_right};
-  p.softcap = c.softcap;
   p.deterministic = c.deterministic != 0;
   return p;
 }

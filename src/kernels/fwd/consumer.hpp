@@ -93,6 +93,28 @@ struct Consumer {
     else softmax.template step<false>(s_rc, o_scale);
   }
 
+  // Named steps of the schedule. Each issue_* waits for its operand stage to land and issues
+  // one WGMMA batch (the caller holds the pingpong token); each release_* frees a stage.
+  template <class MmaQK, class TQ, class TK, class TS>
+  __device__ __forceinline__ void issue_scores(MmaQK& mma_qk, TQ& tSrQ, TK& tSrK, TS& tSrS) {
+    using namespace cute;
+    wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
+    issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
+  }
+  template <class MmaPV, class TP, class TV, class TO>
+  __device__ __forceinline__ void issue_pv(MmaPV& mma_pv, TP& tOrP, TV& tOrVt, TO& tOrO) {
+    using namespace cute;
+    wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
+    issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
+  }
+  __device__ __forceinline__ void release_k() {
+    release(smem.k_empty[k_pipe.stage]);
+    k_pipe.advance();
+  }
+  __device__ __forceinline__ void release_v() {
+    release(smem.v_empty[v_pipe.stage]);
+    v_pipe.advance();
+  }
   __device__ __forceinline__ void release_q() {
     release(smem.q_empty[q_pipe.stage]);
     q_pipe.advance();
@@ -163,66 +185,56 @@ struct Consumer {
       // First block: S only.
       Tensor tSrS = scores();
       pingpong.acquire();
-      wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
-      issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
+      issue_scores(mma_qk, tSrQ, tSrK, tSrS);
       pingpong.hand_over();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
-      release(smem.k_empty[k_pipe.stage]);
-      k_pipe.advance();
+      release_k();
       scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, softmax, o_scale);
       convert_into(tSrS, tOrP);
       for (int n = n_end - 2; n >= n_begin; --n) {
         Tensor tSrS_next = scores();
         pingpong.acquire();
-        wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
-        issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS_next);
-        wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
-        issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
+        issue_scores(mma_qk, tSrQ, tSrK, tSrS_next);
+        issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
         warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
         warpgroup_fence_operand(tSrS_next);
-        release(smem.k_empty[k_pipe.stage]);
-        k_pipe.advance();
+        release_k();
         scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, softmax, o_scale);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
-        release(smem.v_empty[v_pipe.stage]);
-        v_pipe.advance();
+        release_v();
         rescale_output(tOrO, o_scale);
         convert_into(tSrS_next, tOrP);
       }
       release_q();  // every Q K^T of this tile has completed
       pingpong.acquire();
-      wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
-      issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
+      issue_pv(mma_pv, tOrP, tOrVt, tOrO);
       pingpong.hand_over();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
-      release(smem.v_empty[v_pipe.stage]);
-      v_pipe.advance();
+      release_v();
     } else {
       // Ablation: no intra-warpgroup overlap; each GEMM is waited for before the softmax.
       for (int n = n_end - 1; n >= n_begin; --n) {
         Tensor tSrS = scores();
         pingpong.acquire();
-        wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
-        issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
+        issue_scores(mma_qk, tSrQ, tSrK, tSrS);
         pingpong.hand_over();
         warpgroup_wait<0>();
-        release(smem.k_empty[k_pipe.stage]);
-        k_pipe.advance();
+        warpgroup_fence_operand(tSrS);
+        release_k();
         if (n == n_begin) release_q();
         scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, softmax, o_scale);
         if (n != n_end - 1) rescale_output(tOrO, o_scale);
         convert_into(tSrS, tOrP);
         pingpong.acquire();
-        wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
-        issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
+        issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
         warpgroup_wait<0>();
-        release(smem.v_empty[v_pipe.stage]);
-        v_pipe.advance();
+        warpgroup_fence_operand(tOrO);
+        release_v();
       }
     }
   }

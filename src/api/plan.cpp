@@ -68,9 +68,9 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
 }
 
 const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdTuning& tuning) {
-  const bool overlap = !tuning.disable_intra_wg_overlap;
-  const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim, overlap);
-  if (k == nullptr && !overlap)
+  const bool ablation = tuning.disable_intra_wg_overlap;
+  const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation);
+  if (k == nullptr && ablation)
     detail::not_supported("tuning.disable_intra_wg_overlap",
                           "the no-overlap ablation kernel exists for bf16 head dim 128 only");
   if (k == nullptr)
@@ -119,7 +119,7 @@ void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t works
                                                          std::to_string(plan.kernel_id) + ")");
   const kernels::FwdKernel& k = kernels::fwd_kernels()[plan.kernel_id];
   if (k.dtype != prob.dtype || k.head_dim != prob.head_dim ||
-      k.intra_wg_overlap == p.tuning.disable_intra_wg_overlap)
+      k.ablation_no_overlap != p.tuning.disable_intra_wg_overlap)
     throw Error(ErrorCode::kInvalidArgument, "plan", "was made for other parameters (" +
                                                          std::string(k.name) + ")");
   k.launch(make_fwd_args(p, prob, dev), workspace, stream);

@@ -15,13 +15,14 @@ struct FwdKernel {
   const char* name;
   DType dtype;
   int head_dim;
-  bool intra_wg_overlap;  // false only for the ablation variant
+  bool ablation_no_overlap;  // the Table 2 variant without intra-warpgroup overlap
   size_t (*workspace_bytes)(const FwdArgs&);
   void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
 };
 
-// Returns the kernel for (dtype, head_dim, overlap), or nullptr when this build did not compile it.
-const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool intra_wg_overlap = true);
+// Returns the kernel for (dtype, head_dim), or its no-overlap ablation variant, or nullptr when
+// this build did not compile it.
+const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool ablation_no_overlap = false);
 // Every compiled forward kernel, terminated by an entry whose name is nullptr.
 const FwdKernel* fwd_kernels();
 

@@ -243,6 +243,18 @@ TEST_F(FwdFixture, RunRejectsForeignPlanAndBadWorkspace) {
   }
 }
 
+TEST_F(FwdFixture, AblationKernelSelection) {
+  p.tuning.disable_intra_wg_overlap = true;
+  try {
+    const Plan plan = plan_fwd(p, fake_hopper());
+    EXPECT_NE(plan.kernel.find("no_overlap"), std::string::npos) << plan.kernel;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();  // build without bf16 d128
+  }
+  for (TensorView* t : {&p.q, &p.k, &p.v, &p.out}) t->dtype = DType::kFloat16;
+  expect_error(ErrorCode::kNotSupported, "tuning.disable_intra_wg_overlap", "bf16 head dim 128 only");
+}
+
 TEST_F(FwdFixture, DescaleOnlyForFp8) {
   float scale = 1.f;
   p.k_descale = &scale;

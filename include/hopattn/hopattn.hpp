@@ -3,4 +3,5 @@
 #include "hopattn/api.hpp"
 #include "hopattn/error.hpp"
 #include "hopattn/params.hpp"
+#include "hopattn/quantize.hpp"
 #include "hopattn/types.hpp"

@@ -397,6 +397,30 @@ std::tuple<Tensor, Tensor> combine(const Tensor& out_partial, const Tensor& lse_
   return {out, lse};
 }
 
+// ---- quantize (e4m3, per-block scales, optional incoherent processing) ------------------------
+
+std::tuple<Tensor, Tensor> quantize_fp8(const Tensor& x, int64_t block_rows, bool hadamard, int64_t seed) {
+  const at::Device device = device_of_first(x, "x");
+  const c10::cuda::CUDAGuard guard(device);
+  if (x.dim() != 4) bad_arg("x", "expected (batch, seqlen, nheads, head_dim), got shape " + shape_str(x.sizes()));
+  const int64_t nb = hopattn::quantize_num_blocks(x.size(1), static_cast<int32_t>(block_rows));
+  const Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat8_e4m3fn));
+  const Tensor descale = at::empty({x.size(0), x.size(2), nb}, x.options().dtype(at::kFloat));
+  hopattn::QuantizeParams p;
+  p.in = to_view(x, "x", device);
+  p.out = to_view(out, "out", device);
+  p.descale = to_view(descale, "descale", device);
+  p.block_rows = static_cast<int32_t>(block_rows);
+  p.hadamard = hadamard;
+  p.seed = static_cast<uint64_t>(seed);
+  call_core([&] {
+    const hopattn::Plan plan = hopattn::plan_quantize(p, hopattn::query_device());
+    Tensor ws = workspace_for(plan, device);
+    hopattn::run_quantize(plan, p, data_or_null(ws), plan.workspace_bytes, current_stream(device));
+  });
+  return {out, descale};
+}
+
 }  // namespace
 
 // ---- registration -----------------------------------------------------------------------------
@@ -428,6 +452,8 @@ TORCH_LIBRARY(hopattn, m) {
   m.def(
       "combine(Tensor out_partial, Tensor lse_partial, ScalarType? out_dtype=None) "
       "-> (Tensor out, Tensor lse)");
+  m.def("quantize_fp8(Tensor x, int block_rows=0, bool hadamard=False, int seed=0) "
+        "-> (Tensor out, Tensor descale)");
 }
 
 TORCH_LIBRARY_IMPL(hopattn, CUDA, m) {
@@ -435,6 +461,7 @@ TORCH_LIBRARY_IMPL(hopattn, CUDA, m) {
   m.impl("fwd_kvcache", &fwd_kvcache);
   m.impl("bwd", &bwd);
   m.impl("combine", &combine);
+  m.impl("quantize_fp8", &quantize_fp8);
 }
 
 // CPU tensors reach the same kernels so that the error names the argument on the wrong device

@@ -15,6 +15,7 @@ from .interface import (
     flash_attn_func,
     flash_attn_varlen_func,
     flash_attn_with_kvcache,
+    quantize_fp8,
 )
 
 __all__ = [
@@ -25,4 +26,5 @@ __all__ = [
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
     "flash_attn_combine",
+    "quantize_fp8",
 ]

@@ -111,6 +111,12 @@ def _register() -> None:
         lse = lse_partial.new_empty(lse_partial.shape[1:], dtype=torch.float32)
         return out, lse
 
+    @torch.library.register_fake(lib + "quantize_fp8")
+    def _quantize_fp8_fake(x, block_rows=0, hadamard=False, seed=0):
+        nb = 1 if block_rows <= 0 else (x.shape[1] + block_rows - 1) // block_rows
+        out = x.new_empty(x.shape, dtype=torch.float8_e4m3fn)
+        return out, x.new_empty((x.shape[0], x.shape[2], nb), dtype=torch.float32)
+
     # ---- autograd of the forward -------------------------------------------------------------
 
     fwd_arg_names = [a.name for a in torch.ops.hopattn.fwd.default._schema.arguments]

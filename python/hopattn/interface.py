@@ -18,6 +18,7 @@ from typing import Optional, Sequence, Tuple, Union
 from . import _ops
 
 __all__ = [
+    "quantize_fp8",
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
@@ -227,3 +228,16 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
         out.copy_(result)
         result = out
     return result, lse
+
+
+def quantize_fp8(x, block_rows: int = 0, hadamard: bool = False, seed: int = 0):
+    """Quantize a (batch, seqlen, nheads, head_dim) fp16/bf16 tensor to float8_e4m3fn.
+
+    Returns (x_fp8, descale) with descale of shape (batch, nheads, num_blocks), one per block of
+    `block_rows` rows of one head (0: one per (batch, head)), such that x ~= x_fp8 * descale.
+    With hadamard=True each row is first multiplied by diag(random signs from `seed`) and the
+    normalized Hadamard matrix (incoherent processing; head_dim 64, 128 or 256): quantize Q and K
+    with the same seed, V without it, and attention is unchanged.
+    """
+    ops = _ops.require()
+    return ops.quantize_fp8(x, block_rows, hadamard, seed)

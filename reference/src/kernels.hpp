@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <limits>
 #include <vector>
 
 #include "hopattn_ref/reference.hpp"
@@ -62,5 +63,51 @@ void gather_rows(const std::vector<double>& src, int q0, const RowBlock& blk, in
                  int dim, std::vector<double>& dst);
 
 void check_size(const std::vector<double>& t, size_t want, const char* name);
+
+// The forward pass shared by the float64 reference and the low-precision baseline, which differ
+// only in how a block's probabilities are formed and how O is stored:
+//   probs(blk, qb, kv, P, T, lse)  fills P (nr x width) and the rows' LSE;
+//   store(x)                       maps an O element to what is stored (identity, or rounding).
+// Rows that see no key keep O = 0 and LSE = -inf.
+template <class ProbsFn, class StoreFn>
+FwdResult forward_by_blocks(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
+                            const std::vector<double>& v, ProbsFn&& probs, StoreFn&& store) {
+  const int d = p.head_dim, dv = p.head_dim_v, H = p.nheads, Hk = p.nheads_k;
+  const int group = H / Hk, tq = p.total_q();
+  FwdResult res;
+  res.out.assign(p.out_size(), 0.0);
+  res.lse.assign(p.lse_size(), -std::numeric_limits<double>::infinity());
+  HeadKV kv;
+  std::vector<double> qb, P, T, ob;
+  RowBlock blk;
+  double lse[RowBlock::kMaxRows];
+  for (int b = 0; b < p.batch; ++b) {
+    const int sq = p.seqlen_q(b), sk = p.seqlen_k(b);
+    const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
+    if (sq == 0 || sk == 0) continue;
+    for (int hk = 0; hk < Hk; ++hk) {
+      kv.load(p, k, v, k0, sk, hk);
+      for (int h = hk * group; h < (hk + 1) * group; ++h) {
+        for (int i0 = 0; i0 < sq; i0 += RowBlock::kMaxRows) {
+          if (!make_block(p, b, i0, blk)) continue;
+          gather_rows(q, q0, blk, H, h, d, qb);
+          probs(blk, qb, kv, P, T, lse);
+          const int w = blk.width();
+          ob.assign(size_t(blk.nr) * dv, 0.0);
+          gemm_acc_masked(blk.nr, dv, w, rows(P.data(), size_t(w)),
+                          rows(kv.v.data() + size_t(blk.lo) * dv, size_t(dv)), ob.data(), size_t(dv));
+          for (int r = 0; r < blk.nr; ++r) {
+            if (blk.range[r].empty()) continue;  // stays 0 / -inf
+            const int row = q0 + i0 + r;
+            double* orow = res.out.data() + (size_t(row) * H + h) * dv;
+            for (int c = 0; c < dv; ++c) orow[c] = store(ob[size_t(r) * dv + c]);
+            res.lse[size_t(h) * tq + row] = lse[r];
+          }
+        }
+      }
+    }
+  }
+  return res;
+}
 
 }  // namespace hopattn::ref::detail

@@ -177,44 +177,12 @@ FwdResult forward_lowp(const Problem& pr, const std::vector<double>& q0,
   const Prec prec = precision_for(dt, false);
   const std::vector<double> q = rounded_with(prec.in, q0), k = rounded_with(prec.in, k0),
                             v = rounded_with(prec.in, v0);
-  const int d = pr.head_dim, dv = pr.head_dim_v, H = pr.nheads, Hk = pr.nheads_k;
-  const int group = H / Hk, tq = pr.total_q();
-  FwdResult res;
-  res.out.assign(pr.out_size(), 0.0);
-  res.lse.assign(pr.lse_size(), -std::numeric_limits<double>::infinity());
-  HeadKV kv;
-  std::vector<double> qb, P, T, ob;
-  std::vector<float> e;
-  RowBlock blk;
-  double lse[RowBlock::kMaxRows];
-  for (int b = 0; b < pr.batch; ++b) {
-    const int sq = pr.seqlen_q(b), sk = pr.seqlen_k(b);
-    const int qs = pr.cu_seqlens_q[b], ks = pr.cu_seqlens_k[b];
-    if (sq == 0 || sk == 0) continue;
-    for (int hk = 0; hk < Hk; ++hk) {
-      kv.load(pr, k, v, ks, sk, hk);
-      for (int h = hk * group; h < (hk + 1) * group; ++h) {
-        for (int i0 = 0; i0 < sq; i0 += RowBlock::kMaxRows) {
-          if (!make_block(pr, b, i0, blk)) continue;
-          gather_rows(q, qs, blk, H, h, d, qb);
-          lowp_probs(pr, prec, blk, qb, kv, P, T, e, lse);
-          const int w = blk.width();
-          ob.assign(size_t(blk.nr) * dv, 0.0);
-          gemm_acc_masked(blk.nr, dv, w, rows(P.data(), size_t(w)),
-                          rows(kv.v.data() + size_t(blk.lo) * dv, size_t(dv)), ob.data(),
-                          size_t(dv));
-          for (int r = 0; r < blk.nr; ++r) {
-            if (blk.range[r].empty()) continue;  // 0 / -inf, as the float64 reference
-            const int row = qs + i0 + r;
-            double* orow = res.out.data() + (size_t(row) * H + h) * dv;
-            for (int c = 0; c < dv; ++c) orow[c] = prec.o(ob[size_t(r) * dv + c]);
-            res.lse[size_t(h) * tq + row] = lse[r];
-          }
-        }
-      }
-    }
-  }
-  return res;
+  std::vector<float> e;  // scratch of lowp_probs
+  return detail::forward_by_blocks(
+      pr, q, k, v,
+      [&](const RowBlock& blk, const std::vector<double>& qb, const HeadKV& kv, std::vector<double>& P,
+          std::vector<double>& T, double* lse) { lowp_probs(pr, prec, blk, qb, kv, P, T, e, lse); },
+      [&](double x) { return prec.o(x); });  // O stored in the low precision
 }
 
 BwdResult backward_lowp(const Problem& pr, const std::vector<double>& q0,

@@ -195,43 +195,11 @@ FwdResult forward(const Problem& p, const std::vector<double>& q, const std::vec
   check_size(q, p.q_size(), "q");
   check_size(k, p.k_size(), "k");
   check_size(v, p.v_size(), "v");
-  const int d = p.head_dim, dv = p.head_dim_v, H = p.nheads, Hk = p.nheads_k;
-  const int group = H / Hk, tq = p.total_q();
-  FwdResult res;
-  res.out.assign(p.out_size(), 0.0);
-  res.lse.assign(p.lse_size(), -std::numeric_limits<double>::infinity());
-  HeadKV kv;
-  std::vector<double> qb, P, T, ob;
-  RowBlock blk;
-  double lse[RowBlock::kMaxRows];
-  for (int b = 0; b < p.batch; ++b) {
-    const int sq = p.seqlen_q(b), sk = p.seqlen_k(b);
-    const int q0 = p.cu_seqlens_q[b], k0 = p.cu_seqlens_k[b];
-    if (sq == 0 || sk == 0) continue;
-    for (int hk = 0; hk < Hk; ++hk) {
-      kv.load(p, k, v, k0, sk, hk);
-      for (int h = hk * group; h < (hk + 1) * group; ++h) {
-        for (int i0 = 0; i0 < sq; i0 += RowBlock::kMaxRows) {
-          if (!make_block(p, b, i0, blk)) continue;
-          gather_rows(q, q0, blk, H, h, d, qb);
-          block_probs(p, blk, qb, kv, P, T, lse);
-          const int w = blk.width();
-          ob.assign(size_t(blk.nr) * dv, 0.0);
-          gemm_acc_masked(blk.nr, dv, w, rows(P.data(), size_t(w)),
-                          rows(kv.v.data() + size_t(blk.lo) * dv, size_t(dv)), ob.data(),
-                          size_t(dv));
-          for (int r = 0; r < blk.nr; ++r) {
-            const int row = q0 + i0 + r;
-            if (blk.range[r].empty()) continue;  // stays 0 / -inf
-            std::copy(ob.data() + size_t(r) * dv, ob.data() + size_t(r + 1) * dv,
-                      res.out.data() + (size_t(row) * H + h) * dv);
-            res.lse[size_t(h) * tq + row] = lse[r];
-          }
-        }
-      }
-    }
-  }
-  return res;
+  return detail::forward_by_blocks(
+      p, q, k, v,
+      [&](const RowBlock& blk, const std::vector<double>& qb, const HeadKV& kv, std::vector<double>& P,
+          std::vector<double>& T, double* lse) { block_probs(p, blk, qb, kv, P, T, lse); },
+      [](double x) { return x; });
 }
 
 BwdResult backward(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,

@@ -62,7 +62,6 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
   a.window_right = prob.window_right;
   a.num_sms = dev.num_sms > 0 ? dev.num_sms : 132;
   a.disable_pingpong = p.tuning.disable_pingpong;
-  a.disable_intra_overlap = p.tuning.disable_intra_wg_overlap;
   a.disable_lpt = p.tuning.disable_lpt;
   return a;
 }

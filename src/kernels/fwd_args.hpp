@@ -34,9 +34,9 @@ struct FwdArgs {
   int window_left = -1, window_right = -1;  // -1 unbounded; causal folded in as right = 0
 
   int num_sms = 132;
-  // Ablation switches (benchmarks only): see docs/design/fwd.md.
+  // Ablation switches (benchmarks only): see docs/design/fwd.md. (Disabling intra-warpgroup
+  // overlap selects another kernel in the registry; it is not a launch argument.)
   bool disable_pingpong = false;
-  bool disable_intra_overlap = false;
   bool disable_lpt = false;
 
   bool varlen() const { return cu_seqlens_q != nullptr; }

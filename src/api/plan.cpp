@@ -78,6 +78,59 @@ const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdTun
   return *k;
 }
 
+kernels::BwdArgs make_bwd_args(const BwdParams& p, const FwdProblem& prob, const DeviceInfo& dev) {
+  kernels::BwdArgs a;
+  a.q = p.q.data;
+  a.k = p.k.data;
+  a.v = p.v.data;
+  a.out = p.out.data;
+  a.dout = p.dout.data;
+  a.lse = static_cast<const float*>(p.lse.data);
+  a.dq = p.dq.data;
+  a.dk = p.dk.data;
+  a.dv = p.dv.data;
+  a.q_stride = row_strides(p.q, prob.varlen);
+  a.k_stride = row_strides(p.k, prob.varlen);
+  a.v_stride = row_strides(p.v, prob.varlen);
+  a.out_stride = row_strides(p.out, prob.varlen);
+  a.dout_stride = row_strides(p.dout, prob.varlen);
+  a.dq_stride = row_strides(p.dq, prob.varlen);
+  a.dk_stride = row_strides(p.dk, prob.varlen);
+  a.dv_stride = row_strides(p.dv, prob.varlen);
+  a.lse_batch_stride = prob.varlen ? 0 : p.lse.stride[0];
+  a.lse_head_stride = prob.varlen ? p.lse.stride[0] : p.lse.stride[1];
+  a.batch = prob.batch;
+  a.seqlen_q = static_cast<int>(std::min<int64_t>(prob.seqlen_q, prob.total_q));
+  a.seqlen_k = static_cast<int>(std::min<int64_t>(prob.seqlen_k, prob.total_k));
+  a.total_q = static_cast<int>(p.q.shape[0] * (prob.varlen ? 1 : p.q.shape[1]));
+  a.total_k = static_cast<int>(p.k.shape[0] * (prob.varlen ? 1 : p.k.shape[1]));
+  a.nheads = prob.nheads;
+  a.nheads_k = prob.nheads_k;
+  a.head_dim = prob.head_dim;
+  a.cu_seqlens_q = p.cu_seqlens_q;
+  a.cu_seqlens_k = p.cu_seqlens_k;
+  a.seqused_q = p.seqused_q;
+  a.seqused_k = p.seqused_k;
+  a.softmax_scale = prob.softmax_scale;
+  a.softcap = prob.softcap;
+  a.window_left = prob.window_left;
+  a.window_right = prob.window_right;
+  a.deterministic = p.deterministic;
+  a.num_sms = dev.num_sms > 0 ? dev.num_sms : 132;
+  return a;
+}
+
+const kernels::BwdKernel& choose_bwd_kernel(const FwdProblem& prob) {
+  const kernels::BwdKernel* k = kernels::find_bwd_kernel(prob.dtype, prob.head_dim);
+  if (k == nullptr && prob.head_dim > 128)
+    detail::not_supported("q", "backward for head dim " + std::to_string(prob.head_dim) +
+                                   " (head dims up to 128 are built)");
+  if (k == nullptr)
+    detail::not_supported("q", std::string("backward for ") + dtype_name(prob.dtype) + " head dim " +
+                                   std::to_string(prob.head_dim) + " (no such kernel in this build)");
+  return *k;
+}
+
 void check_workspace(const Plan& plan, void* workspace, size_t bytes) {
   if (bytes < plan.workspace_bytes)
     throw Error(ErrorCode::kWorkspaceTooSmall, "workspace",
@@ -126,14 +179,39 @@ void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t works
 }
 
 Plan plan_bwd(const BwdParams& p, const DeviceInfo& dev) {
-  detail::validate_bwd(p, dev);
-  detail::not_supported("q", "backward pass");
+  const FwdProblem prob = detail::validate_bwd(p, dev);
+  const kernels::BwdKernel& k = choose_bwd_kernel(prob);
+  Plan plan;
+  plan.device = dev;
+  plan.kernel = k.name;
+  plan.kernel_id = static_cast<int32_t>(&k - kernels::bwd_kernels());
+  plan.workspace_bytes = k.workspace_bytes(make_bwd_args(p, prob, dev));
+  return plan;
 }
 
-void run_bwd(const Plan& plan, const BwdParams& p, void*, size_t, cudaStream_t) {
+void run_bwd(const Plan& plan, const BwdParams& p, void* workspace, size_t workspace_bytes,
+             cudaStream_t stream) {
+  check_workspace(plan, workspace, workspace_bytes);
   DeviceInfo dev = plan.device;
   dev.queried = false;
-  plan_bwd(p, dev);
+  const FwdProblem prob = detail::validate_bwd(p, dev);
+  // No query rows still means dK = dV = 0 to write (the kernels do that); no heads or batch
+  // entries means nothing at all.
+  if (prob.batch == 0 || prob.nheads == 0) return;
+  int num_kernels = 0;
+  while (kernels::bwd_kernels()[num_kernels].name != nullptr) ++num_kernels;
+  if (plan.kernel_id < 0 || plan.kernel_id >= num_kernels)
+    throw Error(ErrorCode::kInvalidArgument, "plan", "was not made by plan_bwd (kernel id " +
+                                                         std::to_string(plan.kernel_id) + ")");
+  const kernels::BwdKernel& k = kernels::bwd_kernels()[plan.kernel_id];
+  if (k.dtype != prob.dtype || k.head_dim != prob.head_dim)
+    throw Error(ErrorCode::kInvalidArgument, "plan", "was made for other parameters (" +
+                                                         std::string(k.name) + ")");
+  const kernels::BwdArgs args = make_bwd_args(p, prob, dev);
+  if (workspace_bytes < k.workspace_bytes(args))
+    throw Error(ErrorCode::kWorkspaceTooSmall, "workspace", "was sized for other parameters");
+  k.launch(args, workspace, stream);
+  HOPATTN_CUDA_CHECK(cudaGetLastError());
 }
 
 Plan plan_combine(const CombineParams& p, const DeviceInfo& dev) {

@@ -1,5 +1,6 @@
 # The one list of kernel instantiations compiled into the library: one forward kernel per
-# (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS. Each gets its own generated
+# (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS, and one backward kernel per
+# (dtype, head dim <= 128). Each gets its own generated
 # translation unit (parallel builds, per-file compile stats); registry.cpp lists them for the
 # dispatcher. Tile shapes live in src/kernels/fwd/tile_table.hpp.
 set(_gen "${CMAKE_CURRENT_BINARY_DIR}/kernels")
@@ -27,6 +28,8 @@ file(MAKE_DIRECTORY "${_gen}")
 set(HOPATTN_KERNEL_SOURCES "")
 set(DECLS "")
 set(ENTRIES "")
+set(BWD_DECLS "")
+set(BWD_ENTRIES "")
 foreach(DTYPE IN LISTS HOPATTN_DTYPES)
   if(DTYPE STREQUAL "bf16")
     set(ELEMENT "cutlass::bfloat16_t")
@@ -61,6 +64,14 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
       string(APPEND DECLS "extern const FwdKernel kFwd_${DTYPE}_hd${HDIM}${SUFFIX};\n")
       string(APPEND ENTRIES "    kFwd_${DTYPE}_hd${HDIM}${SUFFIX},\n")
     endforeach()
+    # Backward: head dims up to 128 (src/kernels/bwd/tile_table.hpp says why).
+    if(HDIM LESS_EQUAL 128)
+      set(_src "${_gen}/bwd_${DTYPE}_hd${HDIM}.cu")
+      configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/bwd/instance.cu.in" "${_src}" @ONLY)
+      list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
+      string(APPEND BWD_DECLS "extern const BwdKernel kBwd_${DTYPE}_hd${HDIM};\n")
+      string(APPEND BWD_ENTRIES "    kBwd_${DTYPE}_hd${HDIM},\n")
+    endif()
   endforeach()
 endforeach()
 configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/registry.cpp.in" "${_gen}/registry.cpp" @ONLY)

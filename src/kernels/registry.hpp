@@ -7,6 +7,7 @@
 #include <cstddef>
 
 #include "hopattn/types.hpp"
+#include "kernels/bwd_args.hpp"
 #include "kernels/fwd_args.hpp"
 
 namespace hopattn::kernels {
@@ -20,10 +21,23 @@ struct FwdKernel {
   void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
 };
 
+struct BwdKernel {
+  const char* name;
+  DType dtype;
+  int head_dim;
+  size_t (*workspace_bytes)(const BwdArgs&);
+  void (*launch)(const BwdArgs&, void* workspace, cudaStream_t);
+};
+
 // Returns the kernel for (dtype, head_dim), or its no-overlap ablation variant, or nullptr when
 // this build did not compile it.
 const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool ablation_no_overlap = false);
 // Every compiled forward kernel, terminated by an entry whose name is nullptr.
 const FwdKernel* fwd_kernels();
+
+// The backward kernel for (dtype, head_dim), or nullptr when this build did not compile it.
+const BwdKernel* find_bwd_kernel(DType dtype, int head_dim);
+// Every compiled backward kernel, terminated by an entry whose name is nullptr.
+const BwdKernel* bwd_kernels();
 
 }  // namespace hopattn::kernels

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/attention_case.hpp"
 #include "common/gpu_harness.hpp"
 #include "hopattn_ref/accuracy.hpp"
 #include "hopattn_ref/numeric.hpp"
@@ -17,63 +18,7 @@
 namespace hopattn::testing {
 namespace {
 
-struct FwdCase {
-  DType dtype = DType::kBFloat16;
-  int head_dim = 128;
-  int batch = 2, seqlen_q = 256, seqlen_k = 256, nheads = 4, nheads_k = 4;
-  bool causal = false;
-  int window_left = -1, window_right = -1;
-  float softcap = 0.f;
-  float softmax_scale = 0.f;
-  std::vector<int> varlen_q, varlen_k;  // non-empty: variable length with these lengths
-  int row_pad = 0;                      // extra elements per row: non-contiguous seq/batch strides
-
-  std::string name() const {
-    std::ostringstream os;
-    os << dtype_name(dtype) << "_d" << head_dim << "_b" << batch << "_q" << seqlen_q << "_k" << seqlen_k
-       << "_h" << nheads << "x" << nheads_k;
-    if (causal) os << "_causal";
-    if (window_left >= 0 || window_right >= 0) os << "_win" << window_left << "_" << window_right;
-    if (softcap > 0) os << "_softcap";
-    if (softmax_scale != 0) os << "_scale";
-    if (!varlen_q.empty()) os << "_varlen" << varlen_q.size();
-    if (row_pad) os << "_strided";
-    std::string s = os.str();
-    for (char& ch : s)
-      if (ch == '-') ch = 'm';  // test names: letters, digits and '_' only
-    return s;
-  }
-  bool varlen() const { return !varlen_q.empty(); }
-};
-
-// GoogleTest prints parameters in failure messages and CTest listings: use the readable name.
-void PrintTo(const FwdCase& c, std::ostream* os) { *os << c.name(); }
-
-ref::Problem make_problem(const FwdCase& c) {
-  ref::Problem p = c.varlen()
-                       ? ref::varlen_problem(c.varlen_q, c.varlen_k, c.nheads, c.nheads_k, c.head_dim)
-                       : ref::dense_problem(c.batch, c.seqlen_q, c.seqlen_k, c.nheads, c.nheads_k, c.head_dim);
-  p.mask.causal = c.causal;
-  p.mask.window_left = c.window_left;
-  p.mask.window_right = c.window_right;
-  p.softcap = c.softcap;
-  p.softmax_scale = c.softmax_scale;
-  return p;
-}
-
-// Device tensor for a (rows..., heads, dim) input with optional row padding.
-DeviceTensor make_input(const FwdCase& c, DType dt, int64_t lead0, int64_t lead1, int64_t heads, int64_t dim) {
-  const int64_t row = heads * dim + c.row_pad;
-  if (c.varlen()) return DeviceTensor::make(dt, {lead0, heads, dim}, {row, dim, 1});
-  return DeviceTensor::make(dt, {lead0, lead1, heads, dim}, {lead1 * row + c.row_pad * 8, row, dim, 1});
-}
-
-std::vector<double> random_input(size_t n, uint64_t seed, DType dt) {
-  std::vector<double> v(n);
-  ref::fill_random(v, seed);
-  for (double& x : v) x = ref::round_to(dt, x);  // the reference sees exactly the kernel's inputs
-  return v;
-}
+using FwdCase = AttnCase;
 
 class FwdTest : public ::testing::TestWithParam<FwdCase> {};
 

@@ -1,0 +1,87 @@
+// The dQ writer warp (warpgroup 0, warp 1, lane 0): per step, waits until the consumers have
+// summed the block's dQ partial in shared memory (dq_full), adds it to the FP32 accumulator in
+// global memory with one bulk reduce-add, and frees the buffer (dq_empty) once the copy has read
+// it. The consumers never wait on global memory.
+//
+// Deterministic mode: the adds into one query block happen in key-block order. Before adding,
+// the writer spins on the block's semaphore until it counts the key blocks before this one that
+// visit the block; after the add has completed it increments it. Tiles are claimed in increasing
+// order and a key block's predecessor always has a smaller tile index, so the oldest unfinished
+// tile can always progress (no deadlock while all CTAs of the grid are resident).
+#pragma once
+
+#include <cute/arch/copy_sm90_tma.hpp>
+
+#include "kernels/bwd/params.hpp"
+#include "kernels/bwd/schedule.hpp"
+#include "kernels/fwd/pipeline.hpp"
+
+namespace hopattn::kernels::bwd {
+
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float* smem_src, uint32_t bytes) {
+  const uint32_t src = cute::cast_smem_ptr_to_uint(smem_src);
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+               :: "l"(gmem_dst), "r"(src), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Key blocks before n_block that visit query block m_block (deterministic order's position).
+template <class T>
+__device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::kBlockM, T::kBlockN>& mask, int n_block,
+                                                 int m_block) {
+  int count = 0;
+  for (int n = 0; n < n_block; ++n) {
+    int mb, me;
+    mask.m_block_range(n, mb, me);
+    count += (m_block >= mb && m_block < me) ? 1 : 0;
+  }
+  return count;
+}
+
+template <class T>
+__device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                               const fwd::TileScheduler& sched) {
+  constexpr uint32_t kBytes = T::kBlockM * T::kHeadDim * sizeof(float);
+  fwd::PipeState<1> dq_pipe;
+  fwd::TileRingState ring;
+  for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
+       tile = fwd::receive_tile(smem.tiles, ring)) {
+    const TileWork<T> w = tile_work<T>(p, sched, tile);
+    if (w.empty()) continue;
+    for (int g = 0; g < p.head_group; ++g) {
+      const int64_t stats_head = (w.kv_head * p.head_group + g) * p.rows_per_head + w.stats_row0;
+      for (int m = w.m_begin; m < w.m_end; ++m) {
+        const int64_t row = stats_head + m * T::kBlockM;
+        fwd::wait_full(smem.dq_full, dq_pipe.phase);
+        int* sem = p.deterministic ? p.dq_semaphore + row / T::kBlockM : nullptr;
+        if (sem != nullptr) {
+          const int turn = key_blocks_before<T>(w.mask, w.n_block, m);
+          while (load_acquire(sem) != turn) __nanosleep(32);
+        }
+        bulk_reduce_add_f32(p.dq_accum + row * T::kHeadDim, smem.dq, kBytes);
+        if (sem != nullptr) {
+          bulk_wait_all();  // the add has landed in global memory
+          asm volatile("fence.proxy.async;" ::: "memory");  // order it before the generic release
+          __threadfence();
+          atomicAdd(sem, 1);
+        } else {
+          bulk_wait_read();  // the shared buffer may be overwritten
+        }
+        fwd::release(smem.dq_empty);
+        dq_pipe.advance();
+      }
+    }
+  }
+  bulk_wait_all();
+}
+
+}  // namespace hopattn::kernels::bwd

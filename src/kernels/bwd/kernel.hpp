@@ -1,0 +1,65 @@
+// The backward main kernel: one CTA per SM (persistent), one tile = a block of keys of one KV
+// head. Warpgroup 0: warp 0 loads, warp 1 writes dQ; warpgroups 1..2 compute. See
+// docs/design/bwd.md for the schedule and the meaning of each barrier.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/reg_reconfig.h>
+
+#include "kernels/bwd/consumer.hpp"
+#include "kernels/bwd/dq_writer.hpp"
+#include "kernels/bwd/params.hpp"
+#include "kernels/bwd/producer.hpp"
+#include "kernels/common/device_utils.hpp"
+
+namespace hopattn::kernels::bwd {
+
+template <class Storage, int kStages>
+__device__ __forceinline__ void init_bwd_barriers(Storage& smem, int num_consumer_threads) {
+  using fwd::EmptyBarrier;
+  using fwd::FullBarrier;
+  FullBarrier::init(&smem.kv_full, 1);
+  EmptyBarrier::init(&smem.kv_empty, num_consumer_threads);
+  for (int s = 0; s < kStages; ++s) {
+    FullBarrier::init(&smem.q_full[s], 1);
+    FullBarrier::init(&smem.do_full[s], 1);
+    EmptyBarrier::init(&smem.qdo_empty[s], num_consumer_threads);
+  }
+  EmptyBarrier::init(&smem.dq_full, num_consumer_threads);  // every consumer has stored its dQ
+  EmptyBarrier::init(&smem.dq_empty, 1);   // the writer arrives once its copy has read them
+  smem.tiles.init(num_consumer_threads + 1);  // consumers + the writer's lane 0
+}
+
+template <class T>
+__global__ void __launch_bounds__(T::kNumThreads, 1)
+    attention_bwd_kernel(const __grid_constant__ BwdKernelParams<T> p) {
+  extern __shared__ __align__(1024) char smem_bytes[];
+  auto& smem = *reinterpret_cast<typename T::SharedStorage*>(smem_bytes);
+  const int warp = warp_idx_uniform();
+  const int warpgroup = warp / 4;
+
+  if (warp == 0 && cute::elect_one_sync()) {
+    init_bwd_barriers<typename T::SharedStorage, T::kStages>(smem, T::kNumConsumerThreads);
+    cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_do.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
+    cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+  }
+  cutlass::arch::fence_barrier_init();
+  __syncthreads();
+
+  const fwd::TileScheduler sched{p.num_n_blocks, p.nheads_k, p.num_tiles, p.heads_per_l2_section, false,
+                                 p.tile_counter};
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
+    if (warp == 0 && cute::elect_one_sync()) bwd_producer_loop<T>(p, smem, sched);
+    else if (warp == 1 && threadIdx.x % 32 == 0) dq_writer_loop<T>(p, smem, sched);
+  } else {
+    cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
+    const int tid = int(threadIdx.x) - 128;
+    BwdConsumer<T> consumer{p, smem, tid, warpgroup - 1};
+    consumer.run(sched);
+  }
+}
+
+}  // namespace hopattn::kernels::bwd

@@ -1,0 +1,171 @@
+// Host side of the backward pass: workspace carving, TMA descriptors, scheduler sizing, and the
+// four launches (memset of dq_accum, preprocess, main kernel, postprocess), all on one stream
+// and graph-capturable.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include <cute/tensor.hpp>
+
+#include "api/cuda_check.hpp"
+#include "hopattn/error.hpp"
+#include "kernels/bwd/kernel.hpp"
+#include "kernels/bwd/postprocess.hpp"
+#include "kernels/bwd/preprocess.hpp"
+#include "kernels/bwd/workspace.hpp"
+#include "kernels/bwd_args.hpp"
+#include "kernels/fwd/launch.hpp"
+
+namespace hopattn::kernels::bwd {
+
+template <class T>
+WorkspaceLayout workspace_layout(const BwdArgs& a) {
+  return WorkspaceLayout::make(a.varlen(), a.batch, a.seqlen_q, a.total_q, a.nheads, T::kHeadDim, T::kBlockM,
+                               a.deterministic);
+}
+
+template <class T>
+size_t workspace_bytes(const BwdArgs& a) {
+  return workspace_layout<T>(a).total;
+}
+
+inline void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLayout& wl, char* ws) {
+  c.batch = a.batch;
+  c.seqlen_q = a.seqlen_q;
+  c.seqlen_k = a.seqlen_k;
+  c.nheads = a.nheads;
+  c.nheads_k = a.nheads_k;
+  c.head_group = a.nheads / a.nheads_k;
+  c.total_q = a.total_q;
+  c.total_k = a.total_k;
+  c.cu_seqlens_q = a.cu_seqlens_q;
+  c.cu_seqlens_k = a.cu_seqlens_k;
+  c.seqused_q = a.seqused_q;
+  c.seqused_k = a.seqused_k;
+  c.rows_per_head = wl.rows_per_head;
+  c.seqlen_q_rounded = wl.seqlen_q_rounded;
+  c.lse_log2 = reinterpret_cast<float*>(ws + wl.lse_offset);
+  c.dsum = reinterpret_cast<float*>(ws + wl.dsum_offset);
+  c.dq_accum = reinterpret_cast<float*>(ws + wl.dq_accum_offset);
+  c.dq_semaphore = a.deterministic ? reinterpret_cast<int*>(ws + wl.sem_offset) : nullptr;
+  c.softmax_scale = a.softmax_scale;
+}
+
+template <class T>
+BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl, char* ws) {
+  using namespace cute;
+  using Element = typename T::Element;
+  const bool varlen = a.varlen();
+  const int q_rows = varlen ? a.total_q : a.seqlen_q;
+  const int k_rows = varlen ? a.total_k : a.seqlen_k;
+  // A tensor map cannot describe zero rows; without queries nothing is loaded from Q or dO (the
+  // tiles only write zero dK, dV), so a one-row map over k's memory stands in.
+  const bool no_queries = q_rows == 0;
+  auto mQ = fwd::make_gmem_view<T>(no_queries ? a.k : a.q, no_queries ? a.k_stride : a.q_stride,
+                                   std::max(q_rows, 1), a.nheads, a.batch, varlen);
+  auto mdO = fwd::make_gmem_view<T>(no_queries ? a.k : a.dout, no_queries ? a.k_stride : a.dout_stride,
+                                    std::max(q_rows, 1), a.nheads, a.batch, varlen);
+  auto mK = fwd::make_gmem_view<T>(a.k, a.k_stride, k_rows, a.nheads_k, a.batch, varlen);
+  auto mV = fwd::make_gmem_view<T>(a.v, a.v_stride, k_rows, a.nheads_k, a.batch, varlen);
+
+  BwdKernelParams<T> p{};
+  fill_common(p, a, wl, ws);
+  p.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename T::SmemLayoutQ{}), typename T::TileQ{}, _1{});
+  p.tma_do = make_tma_copy(SM90_TMA_LOAD{}, mdO, take<0, 2>(typename T::SmemLayoutdO{}), typename T::TileQ{}, _1{});
+  p.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, typename T::SmemLayoutK{}, typename T::TileKV{}, _1{});
+  p.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename T::SmemLayoutV{}, typename T::TileKV{}, _1{});
+  p.shape_q = mQ.shape();
+  p.shape_k = mK.shape();
+  p.dk = static_cast<Element*>(a.dk);
+  p.dv = static_cast<Element*>(a.dv);
+  p.dk_row_stride = a.dk_stride.row;
+  p.dk_head_stride = a.dk_stride.head;
+  p.dk_batch_stride = a.dk_stride.batch;
+  p.dv_row_stride = a.dv_stride.row;
+  p.dv_head_stride = a.dv_stride.head;
+  p.dv_batch_stride = a.dv_stride.batch;
+  constexpr float kLog2e = 1.4426950408889634f;
+  p.use_softcap = a.softcap > 0.f;
+  p.scale_log2 = (p.use_softcap ? a.softcap : a.softmax_scale) * kLog2e;
+  p.softcap_prescale = p.use_softcap ? a.softmax_scale / a.softcap : 1.f;
+  p.window_left = a.window_left;
+  p.window_right = a.window_right;
+  p.deterministic = a.deterministic;
+
+  const int64_t num_n_blocks = (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN;
+  const int64_t pairs = int64_t(a.nheads_k) * a.batch;
+  const int64_t num_tiles = num_n_blocks * pairs;
+  if (num_tiles > INT32_MAX)
+    throw Error(ErrorCode::kNotSupported, "k", "more than 2^31 backward tiles (batch * nheads_k * seqlen_k / " +
+                                                   std::to_string(T::kBlockN) + ")");
+  p.num_n_blocks = int(num_n_blocks);
+  p.num_tiles = int(num_tiles);
+  // Every key block of a KV head reads all of its group's Q and dO: size L2 sections so that
+  // the Q and dO of the KV heads running at one time fit in about half of L2.
+  const double qdo_bytes_per_kv_head =
+      2.0 * std::max(a.seqlen_q, 1) * T::kHeadDim * sizeof(Element) * (a.nheads / a.nheads_k);
+  const int64_t fit = std::max<int64_t>(1, int64_t(0.5 * fwd::l2_cache_bytes() / qdo_bytes_per_kv_head));
+  p.heads_per_l2_section = int(std::min<int64_t>(pairs, fit));
+  return p;
+}
+
+template <class T>
+void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
+  using Element = typename T::Element;
+  const WorkspaceLayout wl = workspace_layout<T>(a);
+  char* ws = static_cast<char*>(workspace);
+  const bool varlen = a.varlen();
+  // dq_accum (and the semaphores) start at zero; lse_log2 and dsum are fully written below.
+  HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws, 0, sizeof(int), stream));
+  HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws + wl.dq_accum_offset, 0, wl.total - wl.dq_accum_offset, stream));
+  const int num_m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  const dim3 row_grid(num_m_blocks, a.nheads, a.batch);
+
+  BwdPreParams<Element> pre{};
+  fill_common(pre, a, wl, ws);
+  pre.out = static_cast<const Element*>(a.out);
+  pre.dout = static_cast<const Element*>(a.dout);
+  pre.out_row_stride = a.out_stride.row;
+  pre.out_head_stride = a.out_stride.head;
+  pre.out_batch_stride = a.out_stride.batch;
+  pre.dout_row_stride = a.dout_stride.row;
+  pre.dout_head_stride = a.dout_stride.head;
+  pre.dout_batch_stride = a.dout_stride.batch;
+  pre.lse = a.lse;
+  pre.lse_head_stride = a.lse_head_stride;
+  pre.lse_batch_stride = a.lse_batch_stride;
+  if (num_m_blocks > 0) {
+    bwd_preprocess_kernel<Element, T::kHeadDim, T::kBlockM><<<row_grid, kPreprocessThreads, 0, stream>>>(pre);
+    HOPATTN_CUDA_CHECK(cudaGetLastError());
+  }
+
+  // Runs even without queries: its tiles then write the zero dK and dV.
+  if ((varlen ? a.total_k : a.seqlen_k) > 0) {
+    BwdKernelParams<T> p = make_main_params<T>(a, wl, ws);
+    if (p.num_tiles > 0) {
+      p.tile_counter = reinterpret_cast<int*>(ws);
+      auto kernel = attention_bwd_kernel<T>;
+      HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+      const int grid = std::min(p.num_tiles, a.num_sms);
+      kernel<<<grid, T::kNumThreads, T::kSmemBytes, stream>>>(p);
+      HOPATTN_CUDA_CHECK(cudaGetLastError());
+    }
+  }
+
+  BwdPostParams<Element> post{};
+  fill_common(post, a, wl, ws);
+  post.dq = static_cast<Element*>(a.dq);
+  post.dq_row_stride = a.dq_stride.row;
+  post.dq_head_stride = a.dq_stride.head;
+  post.dq_batch_stride = a.dq_stride.batch;
+  if (num_m_blocks > 0) {
+    bwd_postprocess_kernel<T><<<row_grid, T::kNumConsumerThreads, 0, stream>>>(post);
+    HOPATTN_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+}  // namespace hopattn::kernels::bwd

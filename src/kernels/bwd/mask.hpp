@@ -1,0 +1,58 @@
+// The forward's windowed mask seen from a block of keys: which query blocks see any of its keys
+// (the transpose of fwd::WindowMask::block_range), and the element-wise mask on S^T, whose rows
+// are keys and columns are queries. Rows past seqlen_q need no mask: their LSE is +inf, so P = 0.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernels/fwd/mask.hpp"
+
+namespace hopattn::kernels::bwd {
+
+template <int kBlockM, int kBlockN>
+struct KeyBlockMask {
+  int seqlen_q, seqlen_k, window_left, window_right;
+
+  // Query blocks [m_begin, m_end) that hold a row (< seqlen_q) seeing a key of block n_block.
+  __device__ __forceinline__ void m_block_range(int n_block, int& m_begin, int& m_end) const {
+    m_begin = m_end = 0;
+    const int shift = seqlen_k - seqlen_q;
+    const int col_lo = n_block * kBlockN;
+    const int col_hi = min(seqlen_k, col_lo + kBlockN) - 1;
+    if (col_lo > col_hi || seqlen_q <= 0) return;
+    int row_lo = 0, row_hi = seqlen_q - 1;
+    if (window_right >= 0) row_lo = max(row_lo, col_lo - shift - window_right);
+    if (window_left >= 0) row_hi = min(row_hi, col_hi - shift + window_left);
+    if (row_hi < row_lo) return;
+    m_begin = row_lo / kBlockM;
+    m_end = row_hi / kBlockM + 1;
+  }
+
+  __device__ __forceinline__ bool block_needs_mask(int m_block, int n_block) const {
+    return fwd::WindowMask<kBlockM, kBlockN>{seqlen_q, seqlen_k, window_left, window_right}
+        .block_needs_mask(m_block, n_block);
+  }
+
+  // Sets masked entries of S^T to -inf. st_rc / coord_rc: (keys, queries) views of the
+  // accumulator and of the identity tensor partitioned like it (tile-local coordinates).
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ void apply(TensorS& st_rc, const TensorC& coord_rc, int m_block, int n_block) const {
+    using namespace cute;
+    const int shift = seqlen_k - seqlen_q;
+    const int row0 = m_block * kBlockM;
+    const int col0 = n_block * kBlockN;
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(st_rc); ++i) {
+      const int col = col0 + get<0>(coord_rc(i, 0));
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(st_rc); ++j) {
+        const int row = row0 + get<1>(coord_rc(i, j));
+        const bool visible = col < seqlen_k && (window_right < 0 || col <= row + shift + window_right) &&
+                             (window_left < 0 || col >= row + shift - window_left);
+        if (!visible) st_rc(i, j) = -INFINITY;
+      }
+    }
+  }
+};
+
+}  // namespace hopattn::kernels::bwd

@@ -1,0 +1,52 @@
+// Backward postprocessing, one CTA of kNumConsumerThreads per (query block, head, batch entry):
+// dQ = softmax_scale * dq_accum, converted to the input dtype. dq_accum holds each block in the
+// register order of the dQ GEMM (consumer thread t's element i at float4 slot (i / 4) * threads
+// + t), so this kernel asks the same tiled MMA which (row, col) each of its values is.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cute/tensor.hpp>
+
+#include "kernels/bwd/params.hpp"
+#include "kernels/bwd/workspace.hpp"
+
+namespace hopattn::kernels::bwd {
+
+template <class T>
+__global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel(const __grid_constant__ BwdPostParams<typename T::Element> p) {
+  using namespace cute;
+  using Element = typename T::Element;
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  const fwd::SeqInfo si = fwd::seq_info(p, batch);
+  if (m_block * T::kBlockM >= si.seqlen_q) return;
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  const int64_t row_base = head * p.rows_per_head +
+                           padded_row_start<T::kBlockM>(varlen, batch, si.q_offset, p.seqlen_q_rounded) +
+                           m_block * T::kBlockM;
+  const float4* block = reinterpret_cast<const float4*>(p.dq_accum + row_base * T::kHeadDim);
+
+  const int tid = threadIdx.x;
+  typename T::MmaDQ mma;
+  Tensor coords = mma.get_thread_slice(tid).partition_C(
+      make_identity_tensor(Shape<Int<T::kBlockM>, Int<T::kHeadDim>>{}));
+  static_assert(decltype(size(coords))::value == T::kDqPerThread);
+  Element* dq = p.dq + (varlen ? si.q_offset * p.dq_row_stride : batch * p.dq_batch_stride) +
+                head * p.dq_head_stride;
+  CUTE_UNROLL
+  for (int i = 0; i < T::kDqPerThread; i += 4) {
+    const float4 v = block[(i / 4) * T::kNumConsumerThreads + tid];
+    const float vals[4] = {v.x, v.y, v.z, v.w};
+    CUTE_UNROLL
+    for (int j = 0; j < 4; j += 2) {  // accumulator pairs are adjacent columns of one row
+      const int row = m_block * T::kBlockM + get<0>(coords(i + j));
+      const int col = get<1>(coords(i + j));
+      if (row >= si.seqlen_q) continue;
+      __nv_bfloat162 pair;  // any 4-byte carrier of two 16-bit values
+      reinterpret_cast<Element*>(&pair)[0] = Element(vals[j] * p.softmax_scale);
+      reinterpret_cast<Element*>(&pair)[1] = Element(vals[j + 1] * p.softmax_scale);
+      *reinterpret_cast<__nv_bfloat162*>(dq + row * p.dq_row_stride + col) = pair;
+    }
+  }
+}
+
+}  // namespace hopattn::kernels::bwd

@@ -1,0 +1,86 @@
+// The load warp (warpgroup 0, warp 0, one elected thread): per tile, K and V once; then per step
+// Q, dO (TMA) and the step's lse_log2 and dsum rows (1-D bulk copies) into a kStages ring.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernels/bwd/params.hpp"
+#include "kernels/bwd/schedule.hpp"
+#include "kernels/fwd/pipeline.hpp"
+
+namespace hopattn::kernels::bwd {
+
+using fwd::expect_bytes;
+using fwd::PipeState;
+using fwd::wait_empty;
+using fwd::wait_full;
+
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t& bar) {
+  cute::SM90_BULK_COPY_G2S::copy(gmem_src, &bar, smem_dst, int32_t(bytes));
+}
+
+template <class T>
+__device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                  const fwd::TileScheduler& sched) {
+  using namespace cute;
+  Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);  // (rows, d, heads, batch)
+  Tensor mdO = p.tma_do.get_tma_tensor(p.shape_q);
+  Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename T::SmemLayoutQ{});
+  Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename T::SmemLayoutdO{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename T::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename T::SmemLayoutV{});
+  const bool varlen = p.cu_seqlens_q != nullptr;
+
+  PipeState<T::kStages> pipe;
+  PipeState<1> kv_pipe;
+  fwd::TileRingState ring;
+  int tile = sched.first_tile();
+  fwd::publish_tile(smem.tiles, ring, tile);
+  for (; tile < sched.num_tiles;) {
+    const int next = sched.claim_next();
+    fwd::publish_tile(smem.tiles, ring, next);
+    const TileWork<T> w = tile_work<T>(p, sched, tile);
+    tile = next;
+    if (w.empty()) continue;  // the consumers write zero dK, dV without loads
+
+    const int b = varlen ? 0 : w.batch;
+    Tensor gK = local_tile(domain_offset(make_coord(w.si.k_offset, _0{}), mK(_, _, w.kv_head, b)),
+                           typename T::TileKV{}, make_coord(w.n_block, _0{}));
+    Tensor gV = local_tile(domain_offset(make_coord(w.si.k_offset, _0{}), mV(_, _, w.kv_head, b)),
+                           typename T::TileKV{}, make_coord(w.n_block, _0{}));
+    // tma_partition takes the TMA box as the first mode: group (rows, d) into one.
+    auto [tKg, tKs] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVg, tVs] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    wait_empty(smem.kv_empty, kv_pipe.phase);
+    expect_bytes(smem.kv_full, 2 * T::kBytesKV);
+    copy(p.tma_k.with(smem.kv_full), tKg, tKs);
+    copy(p.tma_v.with(smem.kv_full), tVg, tVs);
+    kv_pipe.advance();
+
+    for (int g = 0; g < p.head_group; ++g) {
+      const int head = w.kv_head * p.head_group + g;
+      Tensor gQ = local_tile(domain_offset(make_coord(w.si.q_offset, _0{}), mQ(_, _, head, b)),
+                             typename T::TileQ{}, make_coord(_, _0{}));  // (M, d, m blocks)
+      Tensor gdO = local_tile(domain_offset(make_coord(w.si.q_offset, _0{}), mdO(_, _, head, b)),
+                              typename T::TileQ{}, make_coord(_, _0{}));
+      auto q_views = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      auto do_views = tma_partition(p.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+      const int64_t stats_head = head * p.rows_per_head + w.stats_row0;
+      for (int m = w.m_begin; m < w.m_end; ++m) {
+        const int s = pipe.stage;
+        wait_empty(smem.qdo_empty[s], pipe.phase);
+        expect_bytes(smem.q_full[s], T::kBytesQ + T::kBytesRowStats);
+        copy(p.tma_q.with(smem.q_full[s]), get<0>(q_views)(_, m), get<1>(q_views)(_, s));
+        bulk_load(smem.lse_log2[s], p.lse_log2 + stats_head + m * T::kBlockM, T::kBytesRowStats, smem.q_full[s]);
+        expect_bytes(smem.do_full[s], T::kBytesQ + T::kBytesRowStats);
+        copy(p.tma_do.with(smem.do_full[s]), get<0>(do_views)(_, m), get<1>(do_views)(_, s));
+        bulk_load(smem.dsum[s], p.dsum + stats_head + m * T::kBlockM, T::kBytesRowStats, smem.do_full[s]);
+        pipe.advance();
+      }
+    }
+  }
+}
+
+}  // namespace hopattn::kernels::bwd

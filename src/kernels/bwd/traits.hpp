@@ -1,0 +1,126 @@
+// Compile-time shape of one backward kernel: one CTA tile is a block of kBlockN keys (the dK, dV
+// rows it owns); it walks the query blocks of kBlockM rows that see those keys. Each consumer
+// warpgroup owns 64 of the keys, so S^T, dP^T, dK and dV of its rows stay in its registers.
+//
+// The GEMMs, all per warpgroup (M = 64 keys of the warpgroup unless noted):
+//   S^T  = K Q^T        SS   A = K (smem)         B = Q (smem, K-major)       MmaSdP
+//   dP^T = V dO^T       SS   A = V (smem)         B = dO (smem, K-major)      MmaSdP
+//   dV  += P^T dO       RS   A = P^T (registers)  B = dO^T (smem, MN-major)   MmaDKV
+//   dK  += dS^T Q       RS   A = dS^T (registers) B = Q^T (smem, MN-major)    MmaDKV
+//   dQ   = dS K         SS   A = dS (smem, MN-major, all keys of both warpgroups)
+//                             B = K^T (smem, MN-major)   MmaDQ: M = queries, N = d split in two
+// Computing the transposes S^T and dP^T (keys as rows) is what lets P^T and dS^T feed the dV and
+// dK GEMMs straight from registers. dQ is split along d so that each warpgroup holds only
+// 64 x d/2 of it (registers are the limit: dK and dV already take d/2 each per thread); in
+// exchange both warpgroups' dS must be in shared memory before either dQ GEMM starts.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "kernels/fwd/tile_scheduler.hpp"
+#include "kernels/fwd/traits.hpp"
+
+namespace hopattn::kernels::bwd {
+
+using namespace cute;
+
+template <class Element_, int kHeadDim_, int kBlockM_ = 64, int kBlockN_ = 128, int kStages_ = 2>
+struct BwdTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;  // query rows per step
+  static constexpr int kBlockN = kBlockN_;  // keys per CTA tile
+  static constexpr int kStages = kStages_;  // depth of the Q / dO ring
+
+  // Warpgroup 0: warp 0 loads (TMA), warp 1 writes dQ. Warpgroups 1..: consumers, 64 keys each.
+  static constexpr int kNumConsumerWgs = kBlockN / 64;
+  static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
+  static constexpr int kNumThreads = kNumConsumerThreads + 128;
+  // The pool setmaxnreg redistributes is what the launch allocated: 168 x 384 threads =
+  // 24 x 128 + 240 x 256. Asking for more faults.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = 240;
+  static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
+  static_assert(kBlockM == 64, "one WGMMA M-tile of queries per step");
+
+  using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+  using ConsumerAtoms = Layout<Shape<Int<kNumConsumerWgs>, _1, _1>>;
+
+  using MmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kHeadDim>>>(),
+      ConsumerAtoms{}));
+  using MmaDKV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
+                           GMMA::Major::K, GMMA::Major::MN>(),
+      ConsumerAtoms{}));
+  using MmaDQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, Int<kBlockN>>,
+                           GMMA::Major::MN, GMMA::Major::MN>(),
+      Layout<Shape<_1, Int<kNumConsumerWgs>, _1>>{}));
+
+  using SmemAtom = decltype(fwd::k_major_smem_atom<Element, kHeadDim>());
+  // K is also the MN-major B operand of the dQ GEMM, whose N = d is split between the two
+  // warpgroups: its swizzle atom must not straddle d/2 (d = 64: 64-byte, d = 96: 32-byte atoms).
+  using SmemAtomK = decltype(fwd::k_major_smem_atom<Element, kHeadDim / 2>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutdO = SmemLayoutQ;
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutV = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  // Transposed views of the same bytes, as MN-major B operands.
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
+                                 Stride<Int<kBlockM>, _1, Int<kHeadDim * kBlockM>>{})));
+  using SmemLayoutdOt = SmemLayoutQt;
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
+  // dS: (queries, keys, buffer), queries contiguous (MN-major A of the dQ GEMM), double-buffered
+  // so that a warpgroup may write the next step's dS while the other still reads this one. dSt
+  // is the (keys, queries, buffer) view the consumers write through.
+  using SmemLayoutdS = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
+                                              Shape<Int<kBlockM>, Int<kBlockN>, _2>{}));
+  using SmemLayoutdSt = decltype(composition(
+      SmemLayoutdS{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>, _2>{},
+                                  Stride<Int<kBlockM>, _1, Int<kBlockM * kBlockN>>{})));
+
+  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
+  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
+                                          GmemShape{}, GmemStride{}));
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}), TileQ{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}, TileKV{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}, TileKV{}, _1{}));
+
+  static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesRowStats = kBlockM * sizeof(float);
+  // Per-thread share of a block's dQ (64 x d floats over both warpgroups).
+  static constexpr int kDqPerThread = kBlockM * kHeadDim / kNumConsumerThreads;
+  static_assert(kDqPerThread % 4 == 0, "dQ partials move as float4");
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutdO>> dout;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>> v;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>> ds;
+    // The block's dQ in the consumers' register order (see consumer.hpp), bulk-added to global
+    // memory by the dQ writer.
+    alignas(128) float dq[kBlockM * kHeadDim];
+    alignas(16) float lse_log2[kStages][kBlockM];  // LSE * log2(e); +inf for rows without keys
+    alignas(16) float dsum[kStages][kBlockM];      // D = rowsum(dO * O)
+    // Barriers: see docs/design/bwd.md for what each one means.
+    alignas(8) uint64_t kv_full, kv_empty;
+    uint64_t q_full[kStages], do_full[kStages], qdo_empty[kStages];
+    uint64_t dq_full, dq_empty;
+    fwd::TileRing tiles;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
+};
+
+}  // namespace hopattn::kernels::bwd

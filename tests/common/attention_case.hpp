@@ -1,0 +1,76 @@
+// The attention problem of one GPU test case (forward or backward): shape, options, and how its
+// device tensors are laid out; plus the helpers that turn it into a reference Problem and
+// strided device inputs.
+#pragma once
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/gpu_harness.hpp"
+#include "hopattn_ref/numeric.hpp"
+#include "hopattn_ref/reference.hpp"
+
+namespace hopattn::testing {
+
+struct AttnCase {
+  DType dtype = DType::kBFloat16;
+  int head_dim = 128;
+  int batch = 2, seqlen_q = 256, seqlen_k = 256, nheads = 4, nheads_k = 4;
+  bool causal = false;
+  int window_left = -1, window_right = -1;
+  float softcap = 0.f;
+  float softmax_scale = 0.f;
+  std::vector<int> varlen_q, varlen_k;  // non-empty: variable length with these lengths
+  int row_pad = 0;                      // extra elements per row: non-contiguous seq/batch strides
+  bool deterministic = false;           // backward only: ordered dQ accumulation
+
+  std::string name() const {
+    std::ostringstream os;
+    os << dtype_name(dtype) << "_d" << head_dim << "_b" << batch << "_q" << seqlen_q << "_k" << seqlen_k
+       << "_h" << nheads << "x" << nheads_k;
+    if (causal) os << "_causal";
+    if (window_left >= 0 || window_right >= 0) os << "_win" << window_left << "_" << window_right;
+    if (softcap > 0) os << "_softcap";
+    if (softmax_scale != 0) os << "_scale";
+    if (!varlen_q.empty()) os << "_varlen" << varlen_q.size();
+    if (row_pad) os << "_strided";
+    if (deterministic) os << "_det";
+    std::string s = os.str();
+    for (char& ch : s)
+      if (ch == '-') ch = 'm';  // test names: letters, digits and '_' only
+    return s;
+  }
+  bool varlen() const { return !varlen_q.empty(); }
+};
+
+// GoogleTest prints parameters in failure messages and CTest listings: use the readable name.
+inline void PrintTo(const AttnCase& c, std::ostream* os) { *os << c.name(); }
+
+inline ref::Problem make_problem(const AttnCase& c) {
+  ref::Problem p = c.varlen()
+                       ? ref::varlen_problem(c.varlen_q, c.varlen_k, c.nheads, c.nheads_k, c.head_dim)
+                       : ref::dense_problem(c.batch, c.seqlen_q, c.seqlen_k, c.nheads, c.nheads_k, c.head_dim);
+  p.mask.causal = c.causal;
+  p.mask.window_left = c.window_left;
+  p.mask.window_right = c.window_right;
+  p.softcap = c.softcap;
+  p.softmax_scale = c.softmax_scale;
+  return p;
+}
+
+// Device tensor for a (rows..., heads, dim) input with optional row padding.
+inline DeviceTensor make_input(const AttnCase& c, DType dt, int64_t lead0, int64_t lead1, int64_t heads, int64_t dim) {
+  const int64_t row = heads * dim + c.row_pad;
+  if (c.varlen()) return DeviceTensor::make(dt, {lead0, heads, dim}, {row, dim, 1});
+  return DeviceTensor::make(dt, {lead0, lead1, heads, dim}, {lead1 * row + c.row_pad * 8, row, dim, 1});
+}
+
+inline std::vector<double> random_input(size_t n, uint64_t seed, DType dt) {
+  std::vector<double> v(n);
+  ref::fill_random(v, seed);
+  for (double& x : v) x = ref::round_to(dt, x);  // the reference sees exactly the kernel's inputs
+  return v;
+}
+
+}  // namespace hopattn::testing

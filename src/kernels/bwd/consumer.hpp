@@ -59,7 +59,7 @@ struct BwdConsumer {
     }
   }
 
-  // dP^T -> dS^T in place. With softcap, tanh is recovered from P itself (P = exp2(t *
+  // dP^T -> dS^T in place (P^T may be FP32 or 16-bit). With softcap, tanh is recovered from P itself (P = exp2(t *
   // scale_log2 - lse)) rather than kept in 32 more registers; where P = 0, dS is 0 anyway.
   template <class TS, class TDP, class TC>
   __device__ __forceinline__ void probs_to_dscores(const TS& tSrP, TDP& tSrdP, const TC& tScS, const float* dsum,
@@ -74,7 +74,7 @@ struct BwdConsumer {
       const float d = dsum[q];
       CUTE_UNROLL
       for (int i = 0; i < size<0>(dp_rc); ++i) {
-        const float prob = p_rc(i, j);
+        const float prob = float(p_rc(i, j));
         float ds = prob * (dp_rc(i, j) - d);
         if (p.use_softcap) {
           const float t = __fdividef(__log2f(prob) + lse_log2[q], p.scale_log2);
@@ -175,13 +175,16 @@ struct BwdConsumer {
             warpgroup_wait<1>();
             warpgroup_fence_operand(tSrS);
             scores_to_probs(tSrS, tScS, w, m, smem.lse_log2[s]);
-            warpgroup_wait<0>();
-            warpgroup_fence_operand(tSrdP);
-            probs_to_dscores(tSrS, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
-
+            // P^T leaves the FP32 accumulator at once: 16 registers instead of 32 while dP^T is
+            // live, and dV starts before dP^T is ready. dS is computed from the rounded P (2^-9
+            // relative, far below what the naive baseline's 16-bit P loses).
             Tensor tdVrP = make_tensor<Element>(acc_as_a_operand_16bit(tSrS.layout()));
             convert_into(tSrS, tdVrP);
             issue_wgmma<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, s), tdVrdV);
+            warpgroup_wait<1>();  // dP^T is ready; dV may still run
+            warpgroup_fence_operand(tSrdP);
+            Tensor tSrP16 = make_tensor(tdVrP.data(), tSrS.layout());  // accumulator-order view
+            probs_to_dscores(tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
             Tensor tdKrdS = make_tensor<Element>(acc_as_a_operand_16bit(tSrdP.layout()));
             convert_into(tSrdP, tdKrdS);
             issue_wgmma<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, s), tdKrdK);

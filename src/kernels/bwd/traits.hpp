@@ -45,7 +45,7 @@ struct BwdTraits {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = 240;
   static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
-  static_assert(kBlockM == 64, "one WGMMA M-tile of queries per step");
+  static_assert(kBlockM % 64 == 0, "whole WGMMA M-tiles of queries per step");
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;

@@ -27,21 +27,9 @@ kernels::Strides3 row_strides(const TensorView& t, bool varlen) {
   return s;
 }
 
-kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const DeviceInfo& dev) {
-  kernels::FwdArgs a;
-  a.q = p.q.data;
-  a.k = p.k.data;
-  a.v = p.v.data;
-  a.out = p.out.data;
-  a.lse = static_cast<float*>(p.lse.data);
-  a.q_stride = row_strides(p.q, prob.varlen);
-  a.k_stride = row_strides(p.k, prob.varlen);
-  a.v_stride = row_strides(p.v, prob.varlen);
-  a.out_stride = row_strides(p.out, prob.varlen);
-  if (p.lse.defined()) {
-    a.lse_batch_stride = prob.varlen ? 0 : p.lse.stride[0];
-    a.lse_head_stride = prob.varlen ? p.lse.stride[0] : p.lse.stride[1];
-  }
+// The fields FwdParams and BwdParams share (lengths, varlen arrays, resolved options).
+template <class Params>
+void fill_problem_args(kernels::ProblemArgs& a, const Params& p, const FwdProblem& prob, const DeviceInfo& dev) {
   a.batch = prob.batch;
   // max_seqlen_* can only be bounded by the packed totals on the host (cu_seqlens live on the
   // device); a larger value only adds empty tiles, so clamp it.
@@ -61,6 +49,24 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
   a.window_left = prob.window_left;
   a.window_right = prob.window_right;
   a.num_sms = dev.num_sms > 0 ? dev.num_sms : 132;
+}
+
+kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const DeviceInfo& dev) {
+  kernels::FwdArgs a;
+  a.q = p.q.data;
+  a.k = p.k.data;
+  a.v = p.v.data;
+  a.out = p.out.data;
+  a.lse = static_cast<float*>(p.lse.data);
+  a.q_stride = row_strides(p.q, prob.varlen);
+  a.k_stride = row_strides(p.k, prob.varlen);
+  a.v_stride = row_strides(p.v, prob.varlen);
+  a.out_stride = row_strides(p.out, prob.varlen);
+  if (p.lse.defined()) {
+    a.lse_batch_stride = prob.varlen ? 0 : p.lse.stride[0];
+    a.lse_head_stride = prob.varlen ? p.lse.stride[0] : p.lse.stride[1];
+  }
+  fill_problem_args(a, p, prob, dev);
   a.disable_pingpong = p.tuning.disable_pingpong;
   a.disable_lpt = p.tuning.disable_lpt;
   return a;
@@ -99,24 +105,8 @@ kernels::BwdArgs make_bwd_args(const BwdParams& p, const FwdProblem& prob, const
   a.dv_stride = row_strides(p.dv, prob.varlen);
   a.lse_batch_stride = prob.varlen ? 0 : p.lse.stride[0];
   a.lse_head_stride = prob.varlen ? p.lse.stride[0] : p.lse.stride[1];
-  a.batch = prob.batch;
-  a.seqlen_q = static_cast<int>(std::min<int64_t>(prob.seqlen_q, prob.total_q));
-  a.seqlen_k = static_cast<int>(std::min<int64_t>(prob.seqlen_k, prob.total_k));
-  a.total_q = static_cast<int>(p.q.shape[0] * (prob.varlen ? 1 : p.q.shape[1]));
-  a.total_k = static_cast<int>(p.k.shape[0] * (prob.varlen ? 1 : p.k.shape[1]));
-  a.nheads = prob.nheads;
-  a.nheads_k = prob.nheads_k;
-  a.head_dim = prob.head_dim;
-  a.cu_seqlens_q = p.cu_seqlens_q;
-  a.cu_seqlens_k = p.cu_seqlens_k;
-  a.seqused_q = p.seqused_q;
-  a.seqused_k = p.seqused_k;
-  a.softmax_scale = prob.softmax_scale;
-  a.softcap = prob.softcap;
-  a.window_left = prob.window_left;
-  a.window_right = prob.window_right;
+  fill_problem_args(a, p, prob, dev);
   a.deterministic = p.deterministic;
-  a.num_sms = dev.num_sms > 0 ? dev.num_sms : 132;
   return a;
 }
 

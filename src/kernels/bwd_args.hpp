@@ -8,7 +8,7 @@
 
 namespace hopattn::kernels {
 
-struct BwdArgs {
+struct BwdArgs : ProblemArgs {
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
@@ -20,22 +20,7 @@ struct BwdArgs {
   void* dv = nullptr;
   Strides3 q_stride, k_stride, v_stride, out_stride, dout_stride, dq_stride, dk_stride, dv_stride;
   int64_t lse_batch_stride = 0, lse_head_stride = 0;  // row stride is 1
-
-  int batch = 0, seqlen_q = 0, seqlen_k = 0;  // varlen: number of sequences, max lengths
-  int total_q = 0, total_k = 0;               // rows of the packed q and k (dense: batch*seqlen)
-  int nheads = 0, nheads_k = 0, head_dim = 0;
-  const int32_t* cu_seqlens_q = nullptr;
-  const int32_t* cu_seqlens_k = nullptr;
-  const int32_t* seqused_q = nullptr;
-  const int32_t* seqused_k = nullptr;
-
-  float softmax_scale = 1.f;
-  float softcap = 0.f;
-  int window_left = -1, window_right = -1;  // -1 unbounded; causal folded in as right = 0
   bool deterministic = false;
-  int num_sms = 132;
-
-  bool varlen() const { return cu_seqlens_q != nullptr; }
 };
 
 }  // namespace hopattn::kernels

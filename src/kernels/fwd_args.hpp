@@ -12,15 +12,8 @@ struct Strides3 {  // in elements; batch stride is 0 for varlen (rows index the 
   int64_t batch = 0, row = 0, head = 0;
 };
 
-struct FwdArgs {
-  const void* q = nullptr;
-  const void* k = nullptr;
-  const void* v = nullptr;
-  void* out = nullptr;
-  float* lse = nullptr;  // may be null
-  Strides3 q_stride, k_stride, v_stride, out_stride;
-  int64_t lse_batch_stride = 0, lse_head_stride = 0;  // row stride is 1
-
+// Sizes, lengths and options that every attention launch (forward and backward) needs.
+struct ProblemArgs {
   int batch = 0, seqlen_q = 0, seqlen_k = 0;  // varlen: number of sequences, max lengths
   int total_q = 0, total_k = 0;               // rows of the packed q and k (dense: batch*seqlen)
   int nheads = 0, nheads_k = 0, head_dim = 0;
@@ -34,13 +27,24 @@ struct FwdArgs {
   int window_left = -1, window_right = -1;  // -1 unbounded; causal folded in as right = 0
 
   int num_sms = 132;
+
+  bool varlen() const { return cu_seqlens_q != nullptr; }
+  bool has_window() const { return window_left >= 0 || window_right >= 0; }
+};
+
+struct FwdArgs : ProblemArgs {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* out = nullptr;
+  float* lse = nullptr;  // may be null
+  Strides3 q_stride, k_stride, v_stride, out_stride;
+  int64_t lse_batch_stride = 0, lse_head_stride = 0;  // row stride is 1
+
   // Ablation switches (benchmarks only): see docs/design/fwd.md. (Disabling intra-warpgroup
   // overlap selects another kernel in the registry; it is not a launch argument.)
   bool disable_pingpong = false;
   bool disable_lpt = false;
-
-  bool varlen() const { return cu_seqlens_q != nullptr; }
-  bool has_window() const { return window_left >= 0 || window_right >= 0; }
 };
 
 }  // namespace hopattn::kernels

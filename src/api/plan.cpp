@@ -132,17 +132,34 @@ void check_workspace(const Plan& plan, void* workspace, size_t bytes) {
     throw Error(ErrorCode::kInvalidArgument, "workspace", "must be 16-byte aligned");
 }
 
+// A plan for kernel k of the nullptr-terminated list `kernels`.
+template <class Kernel>
+Plan make_plan(const DeviceInfo& dev, const Kernel& k, const Kernel* kernels, size_t workspace_bytes) {
+  Plan plan;
+  plan.device = dev;
+  plan.kernel = k.name;
+  plan.kernel_id = static_cast<int32_t>(&k - kernels);
+  plan.workspace_bytes = workspace_bytes;
+  return plan;
+}
+
+// The kernel a plan names in `kernels`, or an error when the id is not one of them.
+template <class Kernel>
+const Kernel& planned_kernel(const Plan& plan, const Kernel* kernels, const char* planner) {
+  int num_kernels = 0;
+  while (kernels[num_kernels].name != nullptr) ++num_kernels;
+  if (plan.kernel_id < 0 || plan.kernel_id >= num_kernels)
+    throw Error(ErrorCode::kInvalidArgument, "plan", std::string("was not made by ") + planner + " (kernel id " +
+                                                         std::to_string(plan.kernel_id) + ")");
+  return kernels[plan.kernel_id];
+}
+
 }  // namespace
 
 Plan plan_fwd(const FwdParams& p, const DeviceInfo& dev) {
   const FwdProblem prob = detail::validate_fwd(p, dev);
   const kernels::FwdKernel& k = choose_fwd_kernel(prob, p.tuning);
-  Plan plan;
-  plan.device = dev;
-  plan.kernel = k.name;
-  plan.kernel_id = static_cast<int32_t>(&k - kernels::fwd_kernels());
-  plan.workspace_bytes = k.workspace_bytes(make_fwd_args(p, prob, dev));
-  return plan;
+  return make_plan(dev, k, kernels::fwd_kernels(), k.workspace_bytes(make_fwd_args(p, prob, dev)));
 }
 
 void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t workspace_bytes,
@@ -154,12 +171,7 @@ void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t works
   dev.queried = false;
   const FwdProblem prob = detail::validate_fwd(p, dev);
   if (prob.empty()) return;
-  int num_kernels = 0;
-  while (kernels::fwd_kernels()[num_kernels].name != nullptr) ++num_kernels;
-  if (plan.kernel_id < 0 || plan.kernel_id >= num_kernels)
-    throw Error(ErrorCode::kInvalidArgument, "plan", "was not made by plan_fwd (kernel id " +
-                                                         std::to_string(plan.kernel_id) + ")");
-  const kernels::FwdKernel& k = kernels::fwd_kernels()[plan.kernel_id];
+  const kernels::FwdKernel& k = planned_kernel(plan, kernels::fwd_kernels(), "plan_fwd");
   if (k.dtype != prob.dtype || k.head_dim != prob.head_dim ||
       k.ablation_no_overlap != p.tuning.disable_intra_wg_overlap)
     throw Error(ErrorCode::kInvalidArgument, "plan", "was made for other parameters (" +
@@ -171,12 +183,7 @@ void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t works
 Plan plan_bwd(const BwdParams& p, const DeviceInfo& dev) {
   const FwdProblem prob = detail::validate_bwd(p, dev);
   const kernels::BwdKernel& k = choose_bwd_kernel(prob);
-  Plan plan;
-  plan.device = dev;
-  plan.kernel = k.name;
-  plan.kernel_id = static_cast<int32_t>(&k - kernels::bwd_kernels());
-  plan.workspace_bytes = k.workspace_bytes(make_bwd_args(p, prob, dev));
-  return plan;
+  return make_plan(dev, k, kernels::bwd_kernels(), k.workspace_bytes(make_bwd_args(p, prob, dev)));
 }
 
 void run_bwd(const Plan& plan, const BwdParams& p, void* workspace, size_t workspace_bytes,
@@ -188,12 +195,7 @@ void run_bwd(const Plan& plan, const BwdParams& p, void* workspace, size_t works
   // No query rows still means dK = dV = 0 to write (the kernels do that); no heads or batch
   // entries means nothing at all.
   if (prob.batch == 0 || prob.nheads == 0) return;
-  int num_kernels = 0;
-  while (kernels::bwd_kernels()[num_kernels].name != nullptr) ++num_kernels;
-  if (plan.kernel_id < 0 || plan.kernel_id >= num_kernels)
-    throw Error(ErrorCode::kInvalidArgument, "plan", "was not made by plan_bwd (kernel id " +
-                                                         std::to_string(plan.kernel_id) + ")");
-  const kernels::BwdKernel& k = kernels::bwd_kernels()[plan.kernel_id];
+  const kernels::BwdKernel& k = planned_kernel(plan, kernels::bwd_kernels(), "plan_bwd");
   if (k.dtype != prob.dtype || k.head_dim != prob.head_dim)
     throw Error(ErrorCode::kInvalidArgument, "plan", "was made for other parameters (" +
                                                          std::string(k.name) + ")");

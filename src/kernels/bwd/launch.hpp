@@ -34,18 +34,8 @@ size_t workspace_bytes(const BwdArgs& a) {
 }
 
 inline void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLayout& wl, char* ws) {
-  c.batch = a.batch;
-  c.seqlen_q = a.seqlen_q;
-  c.seqlen_k = a.seqlen_k;
-  c.nheads = a.nheads;
+  fwd::copy_sequence_fields(c, a);
   c.nheads_k = a.nheads_k;
-  c.head_group = a.nheads / a.nheads_k;
-  c.total_q = a.total_q;
-  c.total_k = a.total_k;
-  c.cu_seqlens_q = a.cu_seqlens_q;
-  c.cu_seqlens_k = a.cu_seqlens_k;
-  c.seqused_q = a.seqused_q;
-  c.seqused_k = a.seqused_k;
   c.rows_per_head = wl.rows_per_head;
   c.seqlen_q_rounded = wl.seqlen_q_rounded;
   c.lse_log2 = reinterpret_cast<float*>(ws + wl.lse_offset);
@@ -88,10 +78,7 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   p.dv_row_stride = a.dv_stride.row;
   p.dv_head_stride = a.dv_stride.head;
   p.dv_batch_stride = a.dv_stride.batch;
-  constexpr float kLog2e = 1.4426950408889634f;
-  p.use_softcap = a.softcap > 0.f;
-  p.scale_log2 = (p.use_softcap ? a.softcap : a.softmax_scale) * kLog2e;
-  p.softcap_prescale = p.use_softcap ? a.softmax_scale / a.softcap : 1.f;
+  fwd::set_score_scale(p, a);
   p.window_left = a.window_left;
   p.window_right = a.window_right;
   p.deterministic = a.deterministic;

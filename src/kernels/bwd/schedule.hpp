@@ -19,7 +19,6 @@ struct TileWork {
   int m_begin, m_end;
   int64_t stats_row0;  // padded row of query row 0 of this batch entry (add head * rows_per_head)
 
-  __device__ __forceinline__ int steps_per_head() const { return m_end - m_begin; }
   __device__ __forceinline__ bool empty() const { return m_end <= m_begin; }
 };
 

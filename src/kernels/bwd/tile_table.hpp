@@ -11,6 +11,4 @@ namespace hopattn::kernels::bwd {
 template <class Element, int kHeadDim>
 using DefaultBwdTraits = BwdTraits<Element, kHeadDim, /*kBlockM=*/64, /*kBlockN=*/128, /*kStages=*/2>;
 
-constexpr bool bwd_head_dim_built(int head_dim) { return head_dim <= 128; }
-
 }  // namespace hopattn::kernels::bwd

@@ -45,6 +45,33 @@ inline int l2_cache_bytes() {
   return bytes;
 }
 
+// The fields every kernel's parameters take from ProblemArgs unchanged: lengths, varlen arrays,
+// heads (seq_info() reads these on the device).
+template <class P>
+void copy_sequence_fields(P& p, const ProblemArgs& a) {
+  p.batch = a.batch;
+  p.seqlen_q = a.seqlen_q;
+  p.seqlen_k = a.seqlen_k;
+  p.nheads = a.nheads;
+  p.head_group = a.nheads / a.nheads_k;
+  p.cu_seqlens_q = a.cu_seqlens_q;
+  p.cu_seqlens_k = a.cu_seqlens_k;
+  p.seqused_q = a.seqused_q;
+  p.seqused_k = a.seqused_k;
+  p.total_q = a.total_q;
+  p.total_k = a.total_k;
+}
+
+// How raw scores become exp2 arguments, shared by the forward and the backward: softmax_scale
+// (or softcap, after the tanh) folded with log2(e) into one multiplier.
+template <class P>
+void set_score_scale(P& p, const ProblemArgs& a) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  p.use_softcap = a.softcap > 0.f;
+  p.scale_log2 = (p.use_softcap ? a.softcap : a.softmax_scale) * kLog2e;
+  p.softcap_prescale = p.use_softcap ? a.softmax_scale / a.softcap : 1.f;
+}
+
 template <class T>
 FwdKernelParams<T> make_params(const FwdArgs& a) {
   using namespace cute;
@@ -73,19 +100,8 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   p.lse = a.lse;
   p.lse_head_stride = a.lse_head_stride;
   p.lse_batch_stride = a.lse_batch_stride;
-  p.batch = a.batch;
-  p.seqlen_q = a.seqlen_q;
-  p.seqlen_k = a.seqlen_k;
-  p.nheads = a.nheads;
-  p.head_group = a.nheads / a.nheads_k;
-  p.cu_seqlens_q = a.cu_seqlens_q;
-  p.cu_seqlens_k = a.cu_seqlens_k;
-  p.seqused_q = a.seqused_q;
-  p.seqused_k = a.seqused_k;
-  constexpr float kLog2e = 1.4426950408889634f;
-  p.use_softcap = a.softcap > 0.f;
-  p.scale_log2 = (p.use_softcap ? a.softcap : a.softmax_scale) * kLog2e;
-  p.softcap_prescale = p.use_softcap ? a.softmax_scale / a.softcap : 1.f;
+  copy_sequence_fields(p, a);
+  set_score_scale(p, a);
   p.window_left = a.window_left;
   p.window_right = a.window_right;
   p.pingpong = !a.disable_pingpong;
@@ -103,8 +119,6 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   const int64_t kv_heads_fit = std::max<int64_t>(1, int64_t(0.5 * l2_cache_bytes() / kv_bytes_per_head));
   p.heads_per_l2_section = int(std::min<int64_t>(pairs, kv_heads_fit * p.head_group));
   p.longest_first = a.has_window() && !a.disable_lpt;
-  p.total_q = a.total_q;
-  p.total_k = a.total_k;
   return p;
 }
 

@@ -25,6 +25,14 @@ constexpr auto k_major_smem_atom() {
   else return GMMA::Layout_K_INTER_Atom<Element>{};
 }
 
+// A (rows, head_dim, heads, batch) global tensor as the TMA descriptors of every kernel see it.
+template <class Element>
+struct GmemView {
+  using Shape_ = Shape<int32_t, int32_t, int32_t, int32_t>;
+  using Stride_ = Stride<int64_t, _1, int64_t, int64_t>;
+  using Tensor_ = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), Shape_{}, Stride_{}));
+};
+
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_,
           bool kIntraWgOverlap_ = true>
 struct FwdTraits {
@@ -77,10 +85,8 @@ struct FwdTraits {
                                  Stride<Int<kBlockN>, _1, Int<kHeadDim * kBlockN>>{})));
 
   // Global tensors as TMA sees them: (rows, head_dim, heads, batch).
-  using GmemShape = Shape<int32_t, int32_t, int32_t, int32_t>;
-  using GmemStride = Stride<int64_t, _1, int64_t, int64_t>;
-  using GmemTensor = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)),
-                                          GmemShape{}, GmemStride{}));
+  using GmemShape = typename GmemView<Element>::Shape_;
+  using GmemTensor = typename GmemView<Element>::Tensor_;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}),
                                       TileQ{}, _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},

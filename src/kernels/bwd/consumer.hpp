@@ -6,7 +6,7 @@
 //   wait S^T : P^T = exp2(S^T * scale_log2 - lse_log2)   (softcap, mask on the way)
 //   wait dP^T: dS^T = P^T * (dP^T - dsum)                 (softcap: times 1 - tanh^2)
 //   dV += P^T dO_m ; dK += dS^T Q_m                  (RS: P^T, dS^T straight from registers)
-//   dS^T -> shared memory; both warpgroups sync (ds_ready)
+//   dS^T -> shared memory (stmatrix); both warpgroups sync (ds_ready)
 //   dQ[:, half w] = dS K[:, half w]                  (SS over all 128 keys)
 //   wait all, free the Q/dO stage; store the dQ half into smem.dq and arrive on dq_full.
 // dK is scaled by softmax_scale in the epilogue (dQ in the postprocess kernel).
@@ -59,9 +59,18 @@ struct BwdConsumer {
     }
   }
 
-  // dP^T -> dS^T in place (P^T may be FP32 or 16-bit). With softcap, tanh is recovered from P itself (P = exp2(t *
-  // scale_log2 - lse)) rather than kept in 32 more registers; where P = 0, dS is 0 anyway.
+  // dP^T -> dS^T in place (P^T may be FP32 or 16-bit). The softcap test is hoisted out of the
+  // element loop: inside it, it split the loop into one basic block per element.
   template <class TS, class TDP, class TC>
+  __device__ __forceinline__ void probs_to_dscores(const TS& tSrP, TDP& tSrdP, const TC& tScS, const float* dsum,
+                                                   const float* lse_log2) const {
+    if (p.use_softcap) probs_to_dscores<true>(tSrP, tSrdP, tScS, dsum, lse_log2);
+    else probs_to_dscores<false>(tSrP, tSrdP, tScS, dsum, lse_log2);
+  }
+
+  // With softcap, tanh is recovered from P itself (P = exp2(t * scale_log2 - lse)) rather than
+  // kept in 32 more registers; where P = 0, dS is 0 anyway.
+  template <bool kSoftcap, class TS, class TDP, class TC>
   __device__ __forceinline__ void probs_to_dscores(const TS& tSrP, TDP& tSrdP, const TC& tScS, const float* dsum,
                                                    const float* lse_log2) const {
     using namespace cute;
@@ -76,28 +85,12 @@ struct BwdConsumer {
       for (int i = 0; i < size<0>(dp_rc); ++i) {
         const float prob = float(p_rc(i, j));
         float ds = prob * (dp_rc(i, j) - d);
-        if (p.use_softcap) {
+        if constexpr (kSoftcap) {
           const float t = __fdividef(__log2f(prob) + lse_log2[q], p.scale_log2);
           ds = prob > 0.f ? ds * (1.f - t * t) : 0.f;
         }
         dp_rc(i, j) = ds;
       }
-    }
-  }
-
-  // Writes this warpgroup's dS^T (16-bit, accumulator register order) into dS buffer `buf`, two
-  // adjacent queries per 4-byte store.
-  template <class TDS, class TS, class TC, class SDSt>
-  __device__ __forceinline__ void store_ds(const TDS& tdKrdS, const TS& tSrS, const TC& tScS, SDSt& sdSt,
-                                           int buf) const {
-    using namespace cute;
-    Tensor ds = make_tensor(tdKrdS.data(), tSrS.layout());  // element i <-> coordinate tScS(i)
-    CUTE_UNROLL
-    for (int i = 0; i < size(ds); i += 2) {
-      uint32_t pair;
-      reinterpret_cast<Element*>(&pair)[0] = ds(i);
-      reinterpret_cast<Element*>(&pair)[1] = ds(i + 1);
-      *reinterpret_cast<uint32_t*>(&sdSt(get<0>(tScS(i)), get<1>(tScS(i)), buf)) = pair;
     }
   }
 
@@ -151,6 +144,12 @@ struct BwdConsumer {
     Tensor tdKVcdKV =
         mma_dkv.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
 
+    // dS^T leaves the registers with stmatrix: the accumulator's 8x8 fragments are exactly its
+    // operand layout, four of them per instruction.
+    auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto ds_thr = ds_copy.get_thread_slice(tid);
+    Tensor tdSsdS = ds_thr.partition_D(sdSt);  // (CPY, keys, queries, buf)
+
     fwd::TileRingState ring;
     int ds_buf = 0;
     for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
@@ -189,7 +188,8 @@ struct BwdConsumer {
             convert_into(tSrdP, tdKrdS);
             issue_wgmma<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, s), tdKrdK);
 
-            store_ds(tdKrdS, tSrdP, tScS, sdSt, ds_buf);
+            Tensor tdSrdS = ds_thr.retile_S(make_tensor(tdKrdS.data(), tSrdP.layout()));  // accumulator order
+            copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_buf));
             cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
             named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
             Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});

@@ -34,7 +34,8 @@ struct KeyBlockMask {
   }
 
   // Sets masked entries of S^T to -inf. st_rc / coord_rc: (keys, queries) views of the
-  // accumulator and of the identity tensor partitioned like it (tile-local coordinates).
+  // accumulator and of the identity tensor partitioned like it (tile-local coordinates). Each
+  // query column gets its visible key range [lo, hi) once; per element it is two compares.
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void apply(TensorS& st_rc, const TensorC& coord_rc, int m_block, int n_block) const {
     using namespace cute;
@@ -42,14 +43,14 @@ struct KeyBlockMask {
     const int row0 = m_block * kBlockM;
     const int col0 = n_block * kBlockN;
     CUTE_UNROLL
-    for (int i = 0; i < size<0>(st_rc); ++i) {
-      const int col = col0 + get<0>(coord_rc(i, 0));
+    for (int j = 0; j < size<1>(st_rc); ++j) {
+      const int row = row0 + get<1>(coord_rc(0, j));
+      const int hi = window_right >= 0 ? min(seqlen_k, row + shift + window_right + 1) : seqlen_k;  // exclusive
+      const int lo = window_left >= 0 ? row + shift - window_left : 0;                            // inclusive
       CUTE_UNROLL
-      for (int j = 0; j < size<1>(st_rc); ++j) {
-        const int row = row0 + get<1>(coord_rc(i, j));
-        const bool visible = col < seqlen_k && (window_right < 0 || col <= row + shift + window_right) &&
-                             (window_left < 0 || col >= row + shift - window_left);
-        if (!visible) st_rc(i, j) = -INFINITY;
+      for (int i = 0; i < size<0>(st_rc); ++i) {
+        const int col = col0 + get<0>(coord_rc(i, j));
+        if (col >= hi || col < lo) st_rc(i, j) = -INFINITY;
       }
     }
   }

@@ -34,17 +34,23 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   return v;
 }
 
-// Key blocks before n_block that visit query block m_block (deterministic order's position).
+// Key blocks before n_block that visit query block m_block (its turn in the deterministic
+// order). The visible keys of a block's rows form one contiguous range, so the key blocks that
+// visit m_block are contiguous too and end at or after n_block (which visits it): over
+// [0, n_block] "visits" is false then true, and a binary search finds the first one. A linear
+// count made the writer the bottleneck at long sequences (O(key blocks) per step).
 template <class T>
-__device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::kBlockM, T::kBlockN>& mask, int n_block,
+__host__ __device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::kBlockM, T::kBlockN>& mask, int n_block,
                                                  int m_block) {
-  int count = 0;
-  for (int n = 0; n < n_block; ++n) {
+  int lo = 0, hi = n_block;  // the first visiting block lies in [lo, hi]
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
     int mb, me;
-    mask.m_block_range(n, mb, me);
-    count += (m_block >= mb && m_block < me) ? 1 : 0;
+    mask.m_block_range(mid, mb, me);
+    if (m_block >= mb && m_block < me) hi = mid;
+    else lo = mid + 1;
   }
-  return count;
+  return n_block - lo;
 }
 
 template <class T>

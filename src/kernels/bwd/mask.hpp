@@ -14,7 +14,7 @@ struct KeyBlockMask {
   int seqlen_q, seqlen_k, window_left, window_right;
 
   // Query blocks [m_begin, m_end) that hold a row (< seqlen_q) seeing a key of block n_block.
-  __device__ __forceinline__ void m_block_range(int n_block, int& m_begin, int& m_end) const {
+  __host__ __device__ __forceinline__ void m_block_range(int n_block, int& m_begin, int& m_end) const {
     m_begin = m_end = 0;
     const int shift = seqlen_k - seqlen_q;
     const int col_lo = n_block * kBlockN;

@@ -32,20 +32,21 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
   static_assert(decltype(size(coords))::value == T::kDqPerThread);
   Element* dq = p.dq + (varlen ? si.q_offset * p.dq_row_stride : batch * p.dq_batch_stride) +
                 head * p.dq_head_stride;
+  // All loads first: the stores below may alias them as far as the compiler knows, so loading
+  // inside the store loop serialized one memory round trip per float4.
+  float4 v[T::kDqPerThread / 4];
   CUTE_UNROLL
-  for (int i = 0; i < T::kDqPerThread; i += 4) {
-    const float4 v = block[(i / 4) * T::kNumConsumerThreads + tid];
-    const float vals[4] = {v.x, v.y, v.z, v.w};
-    CUTE_UNROLL
-    for (int j = 0; j < 4; j += 2) {  // accumulator pairs are adjacent columns of one row
-      const int row = m_block * T::kBlockM + get<0>(coords(i + j));
-      const int col = get<1>(coords(i + j));
-      if (row >= si.seqlen_q) continue;
-      __nv_bfloat162 pair;  // any 4-byte carrier of two 16-bit values
-      reinterpret_cast<Element*>(&pair)[0] = Element(vals[j] * p.softmax_scale);
-      reinterpret_cast<Element*>(&pair)[1] = Element(vals[j + 1] * p.softmax_scale);
-      *reinterpret_cast<__nv_bfloat162*>(dq + row * p.dq_row_stride + col) = pair;
-    }
+  for (int i = 0; i < T::kDqPerThread / 4; ++i) v[i] = block[i * T::kNumConsumerThreads + tid];
+  CUTE_UNROLL
+  for (int i = 0; i < T::kDqPerThread; i += 2) {  // accumulator pairs are adjacent columns of one row
+    const int row = m_block * T::kBlockM + get<0>(coords(i));
+    const int col = get<1>(coords(i));
+    if (row >= si.seqlen_q) continue;
+    const float* vals = reinterpret_cast<const float*>(&v[i / 4]) + i % 4;
+    __nv_bfloat162 pair;  // any 4-byte carrier of two 16-bit values
+    reinterpret_cast<Element*>(&pair)[0] = Element(vals[0] * p.softmax_scale);
+    reinterpret_cast<Element*>(&pair)[1] = Element(vals[1] * p.softmax_scale);
+    *reinterpret_cast<__nv_bfloat162*>(dq + row * p.dq_row_stride + col) = pair;
   }
 }
 

@@ -1,4 +1,4 @@
-// Backward preprocessing, one CTA per (query block, head, batch entry), a warp per row:
+// Backward preprocessing, one CTA per (query block, head, batch entry):
 //   dsum[row]     = sum_c dO[row, c] * O[row, c]     (FP32; D of the paper)
 //   lse_log2[row] = LSE[row] * log2(e)               (so that P = exp2(S * scale_log2 - lse_log2))
 // Rows without a visible key (forward LSE = -inf) and the padding rows of the last block get
@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda_runtime.h>
+#include <cute/config.hpp>
 
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/workspace.hpp"
@@ -14,8 +15,23 @@ namespace hopattn::kernels::bwd {
 
 constexpr int kPreprocessThreads = 256;
 
+// A row of d elements is read as 16-byte vectors by kLanes adjacent lanes (a power of two up to
+// 8 that divides d / 8), each taking kVecs vectors: d 64: 8 x 1, 96: 4 x 3, 128: 8 x 2,
+// 192: 8 x 3, 256: 8 x 4.
+template <int kHeadDim>
+struct PreprocessShape {
+  static constexpr int kVecsPerRow = kHeadDim / 8;
+  static constexpr int kLanes = kVecsPerRow % 8 == 0 ? 8 : kVecsPerRow % 4 == 0 ? 4 : 2;
+  static constexpr int kVecs = kVecsPerRow / kLanes;
+  static constexpr int kRowsPerPass = kPreprocessThreads / kLanes;
+  static_assert(kHeadDim % 16 == 0 && kVecsPerRow % kLanes == 0);
+};
+
 template <class Element, int kHeadDim, int kBlockM>
 __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(const __grid_constant__ BwdPreParams<Element> p) {
+  using Shape = PreprocessShape<kHeadDim>;
+  static_assert(kBlockM % Shape::kRowsPerPass == 0);
+  constexpr int kPasses = kBlockM / Shape::kRowsPerPass;
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const fwd::SeqInfo si = fwd::seq_info(p, batch);
   if (m_block * kBlockM >= si.seqlen_q) return;
@@ -28,23 +44,40 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
                         head * p.dout_head_stride;
   const float* lse = p.lse + (varlen ? si.q_offset : batch * p.lse_batch_stride) + head * p.lse_head_stride;
 
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  constexpr int kWarps = kPreprocessThreads / 32;
-  for (int r = warp; r < kBlockM; r += kWarps) {
-    const int row = m_block * kBlockM + r;
-    const bool valid = row < si.seqlen_q;
-    float dot = 0.f;
-    if (valid) {
-      // Pairs of elements per 4-byte load; rows are 16-byte aligned (checked by the API).
-      for (int c = 2 * lane; c < kHeadDim; c += 64) {
-        const Element* o = out + row * p.out_row_stride + c;
-        const Element* d = dout + row * p.dout_row_stride + c;
-        dot += float(o[0]) * float(d[0]) + float(o[1]) * float(d[1]);
+  const int lane_in_row = threadIdx.x % Shape::kLanes;
+  const int row_in_pass = threadIdx.x / Shape::kLanes;
+  // Every load of the block is issued before any arithmetic (rows are 16-byte aligned: checked
+  // by the API); rows past seqlen_q read nothing.
+  uint4 o[kPasses][Shape::kVecs], d[kPasses][Shape::kVecs];
+  CUTE_UNROLL
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int row = m_block * kBlockM + pass * Shape::kRowsPerPass + row_in_pass;
+    CUTE_UNROLL
+    for (int v = 0; v < Shape::kVecs; ++v) {
+      const int col = (v * Shape::kLanes + lane_in_row) * 8;
+      o[pass][v] = d[pass][v] = make_uint4(0, 0, 0, 0);
+      if (row < si.seqlen_q) {
+        o[pass][v] = *reinterpret_cast<const uint4*>(out + row * p.out_row_stride + col);
+        d[pass][v] = *reinterpret_cast<const uint4*>(dout + row * p.dout_row_stride + col);
       }
     }
-    for (int off = 16; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffff, dot, off);
-    if (lane == 0) {
+  }
+  CUTE_UNROLL
+  for (int pass = 0; pass < kPasses; ++pass) {
+    const int row = m_block * kBlockM + pass * Shape::kRowsPerPass + row_in_pass;
+    float dot = 0.f;
+    CUTE_UNROLL
+    for (int v = 0; v < Shape::kVecs; ++v) {
+      const Element* oe = reinterpret_cast<const Element*>(&o[pass][v]);
+      const Element* de = reinterpret_cast<const Element*>(&d[pass][v]);
+      CUTE_UNROLL
+      for (int e = 0; e < 8; ++e) dot += float(oe[e]) * float(de[e]);
+    }
+    CUTE_UNROLL
+    for (int off = Shape::kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffff, dot, off);
+    if (lane_in_row == 0) {
       constexpr float kLog2e = 1.4426950408889634f;
+      const bool valid = row < si.seqlen_q;
       const float l = valid ? lse[row] : -INFINITY;
       p.dsum[stats_base + row] = valid ? dot : 0.f;
       p.lse_log2[stats_base + row] = l == -INFINITY ? INFINITY : l * kLog2e;

@@ -5,9 +5,11 @@
 //
 // Deterministic mode: the adds into one query block happen in key-block order. Before adding,
 // the writer spins on the block's semaphore until it counts the key blocks before this one that
-// visit the block; after the add has completed it increments it. Tiles are claimed in increasing
-// order and a key block's predecessor always has a smaller tile index, so the oldest unfinished
-// tile can always progress (no deadlock while all CTAs of the grid are resident).
+// visit the block; once the add has completed (checked after the next add is issued) it
+// increments it. A writer only ever waits for smaller key blocks, so delaying its own signals
+// creates no cycle. Tiles are claimed in increasing order and a key block's predecessor always
+// has a smaller tile index, so the oldest unfinished tile can always progress (no deadlock while
+// all CTAs of the grid are resident).
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -27,6 +29,16 @@ __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float
 
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void bulk_wait_all_but_newest() {
+  asm volatile("cp.async.bulk.wait_group 1;" ::: "memory");
+}
+
+// Deterministic mode: tells the next key block that this block's add has landed.
+__device__ __forceinline__ void signal_added(int* sem) {
+  asm volatile("fence.proxy.async;" ::: "memory");  // order the bulk add before the generic release
+  __threadfence();
+  atomicAdd(sem, 1);
+}
 
 __device__ __forceinline__ int load_acquire(const int* p) {
   int v;
@@ -63,6 +75,10 @@ __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedSt
        tile = fwd::receive_tile(smem.tiles, ring)) {
     const TileWork<T> w = tile_work<T>(p, sched, tile);
     if (w.empty()) continue;
+    // Deterministic mode: the semaphore of the previous step's block, whose add was issued but
+    // not yet signalled. It is signalled once the next add is issued (or at the end of the tile),
+    // so the writer never sits waiting for a fresh add to land in global memory.
+    int* pending = nullptr;
     for (int g = 0; g < p.head_group; ++g) {
       const int64_t stats_head = (w.kv_head * p.head_group + g) * p.rows_per_head + w.stats_row0;
       for (int m = w.m_begin; m < w.m_end; ++m) {
@@ -74,17 +90,19 @@ __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedSt
           while (load_acquire(sem) != turn) __nanosleep(32);
         }
         bulk_reduce_add_f32(p.dq_accum + row * T::kHeadDim, smem.dq, kBytes);
-        if (sem != nullptr) {
-          bulk_wait_all();  // the add has landed in global memory
-          asm volatile("fence.proxy.async;" ::: "memory");  // order it before the generic release
-          __threadfence();
-          atomicAdd(sem, 1);
-        } else {
-          bulk_wait_read();  // the shared buffer may be overwritten
+        if (pending != nullptr) {
+          bulk_wait_all_but_newest();  // the previous add has landed
+          signal_added(pending);
         }
+        pending = sem;
+        bulk_wait_read();  // the shared buffer may be overwritten
         fwd::release(smem.dq_empty);
         dq_pipe.advance();
       }
+    }
+    if (pending != nullptr) {
+      bulk_wait_all();
+      signal_added(pending);
     }
   }
   bulk_wait_all();

@@ -1,7 +1,8 @@
 // Backward postprocessing, one CTA of kNumConsumerThreads per (query block, head, batch entry):
 // dQ = softmax_scale * dq_accum, converted to the input dtype. dq_accum holds each block in the
 // register order of the dQ GEMM (consumer thread t's element i at float4 slot (i / 4) * threads
-// + t), so this kernel asks the same tiled MMA which (row, col) each of its values is.
+// + t), so this kernel asks the same tiled MMA which (row, col) each of its values is, and
+// writes rows through shared memory.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,21 +33,36 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
   static_assert(decltype(size(coords))::value == T::kDqPerThread);
   Element* dq = p.dq + (varlen ? si.q_offset * p.dq_row_stride : batch * p.dq_batch_stride) +
                 head * p.dq_head_stride;
-  // All loads first: the stores below may alias them as far as the compiler knows, so loading
-  // inside the store loop serialized one memory round trip per float4.
+
+  // The block goes through shared memory so that global stores are whole 16-byte row pieces
+  // (the accumulator order gives each thread 4-byte pairs scattered over rows). Rows are padded
+  // by 16 bytes: the pair stores of a warp (8 rows x 4 threads) then hit 32 distinct banks.
+  constexpr int kPitch = T::kHeadDim + 8;
+  __shared__ alignas(16) uint16_t tile_bits[T::kBlockM * kPitch];
+  Element* tile = reinterpret_cast<Element*>(tile_bits);
+  // All loads first: they are independent of everything below.
   float4 v[T::kDqPerThread / 4];
   CUTE_UNROLL
   for (int i = 0; i < T::kDqPerThread / 4; ++i) v[i] = block[i * T::kNumConsumerThreads + tid];
   CUTE_UNROLL
   for (int i = 0; i < T::kDqPerThread; i += 2) {  // accumulator pairs are adjacent columns of one row
-    const int row = m_block * T::kBlockM + get<0>(coords(i));
-    const int col = get<1>(coords(i));
-    if (row >= si.seqlen_q) continue;
     const float* vals = reinterpret_cast<const float*>(&v[i / 4]) + i % 4;
     __nv_bfloat162 pair;  // any 4-byte carrier of two 16-bit values
     reinterpret_cast<Element*>(&pair)[0] = Element(vals[0] * p.softmax_scale);
     reinterpret_cast<Element*>(&pair)[1] = Element(vals[1] * p.softmax_scale);
-    *reinterpret_cast<__nv_bfloat162*>(dq + row * p.dq_row_stride + col) = pair;
+    *reinterpret_cast<__nv_bfloat162*>(&tile[get<0>(coords(i)) * kPitch + get<1>(coords(i))]) = pair;
+  }
+  __syncthreads();
+  constexpr int kVecsPerRow = T::kHeadDim / 8;
+  constexpr int kVecsPerThread = T::kBlockM * kVecsPerRow / T::kNumConsumerThreads;
+  static_assert(T::kBlockM * kVecsPerRow % T::kNumConsumerThreads == 0);
+  CUTE_UNROLL
+  for (int i = 0; i < kVecsPerThread; ++i) {
+    const int vec = i * T::kNumConsumerThreads + tid;
+    const int r = vec / kVecsPerRow, c = vec % kVecsPerRow * 8;
+    const int row = m_block * T::kBlockM + r;
+    if (row < si.seqlen_q)
+      *reinterpret_cast<uint4*>(dq + row * p.dq_row_stride + c) = *reinterpret_cast<const uint4*>(&tile[r * kPitch + c]);
   }
 }
 

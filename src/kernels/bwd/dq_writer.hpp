@@ -36,8 +36,7 @@ __device__ __forceinline__ void bulk_wait_all_but_newest() {
 // Deterministic mode: tells the next key block that this block's add has landed.
 __device__ __forceinline__ void signal_added(int* sem) {
   asm volatile("fence.proxy.async;" ::: "memory");  // order the bulk add before the generic release
-  __threadfence();
-  atomicAdd(sem, 1);
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" :: "l"(sem) : "memory");
 }
 
 __device__ __forceinline__ int load_acquire(const int* p) {
@@ -83,12 +82,12 @@ __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedSt
       const int64_t stats_head = (w.kv_head * p.head_group + g) * p.rows_per_head + w.stats_row0;
       for (int m = w.m_begin; m < w.m_end; ++m) {
         const int64_t row = stats_head + m * T::kBlockM;
-        fwd::wait_full(smem.dq_full, dq_pipe.phase);
         int* sem = p.deterministic ? p.dq_semaphore + row / T::kBlockM : nullptr;
-        if (sem != nullptr) {
+        if (sem != nullptr) {  // before dq_full: the polls overlap the consumers' step
           const int turn = key_blocks_before<T>(w.mask, w.n_block, m);
           while (load_acquire(sem) != turn) __nanosleep(32);
         }
+        fwd::wait_full(smem.dq_full, dq_pipe.phase);
         bulk_reduce_add_f32(p.dq_accum + row * T::kHeadDim, smem.dq, kBytes);
         if (pending != nullptr) {
           bulk_wait_all_but_newest();  // the previous add has landed

@@ -1,6 +1,6 @@
 // What the API layer hands a forward kernel's launcher: plain pointers, element strides and
-// sizes, with every option already validated and resolved. Host-side only (launchers turn it
-// into TMA descriptors and kernel parameters).
+// sizes, with every option already validated and resolved. Host-side (launchers turn it
+// into TMA descriptors and kernel parameters; the backward kernels also keep Strides3).
 #pragma once
 
 #include <cstddef>

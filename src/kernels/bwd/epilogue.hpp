@@ -32,13 +32,11 @@ __device__ __forceinline__ void store_kv_grads(const BwdKernelParams<T>& p, cons
                                                const TC& coords, const TileWork<T>& w) {
   const bool varlen = p.cu_seqlens_k != nullptr;
   const int64_t k0 = w.si.k_offset;
-  typename T::Element* dk_base = p.dk + (varlen ? k0 * p.dk_row_stride : w.batch * p.dk_batch_stride) +
-                                 w.kv_head * p.dk_head_stride;
-  typename T::Element* dv_base = p.dv + (varlen ? k0 * p.dv_row_stride : w.batch * p.dv_batch_stride) +
-                                 w.kv_head * p.dv_head_stride;
+  typename T::Element* dk_base = head_rows(p.dk, p.dk_stride, varlen, k0, w.batch, w.kv_head);
+  typename T::Element* dv_base = head_rows(p.dv, p.dv_stride, varlen, k0, w.batch, w.kv_head);
   const int row0 = w.n_block * T::kBlockN;
-  store_acc_rows(dk, coords, p.softmax_scale, dk_base, p.dk_row_stride, row0, w.si.seqlen_k);
-  store_acc_rows(dv, coords, 1.f, dv_base, p.dv_row_stride, row0, w.si.seqlen_k);
+  store_acc_rows(dk, coords, p.softmax_scale, dk_base, p.dk_stride.row, row0, w.si.seqlen_k);
+  store_acc_rows(dv, coords, 1.f, dv_base, p.dv_stride.row, row0, w.si.seqlen_k);
 }
 
 }  // namespace hopattn::kernels::bwd

@@ -72,12 +72,8 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   p.shape_k = mK.shape();
   p.dk = static_cast<Element*>(a.dk);
   p.dv = static_cast<Element*>(a.dv);
-  p.dk_row_stride = a.dk_stride.row;
-  p.dk_head_stride = a.dk_stride.head;
-  p.dk_batch_stride = a.dk_stride.batch;
-  p.dv_row_stride = a.dv_stride.row;
-  p.dv_head_stride = a.dv_stride.head;
-  p.dv_batch_stride = a.dv_stride.batch;
+  p.dk_stride = a.dk_stride;
+  p.dv_stride = a.dv_stride;
   fwd::set_score_scale(p, a);
   p.window_left = a.window_left;
   p.window_right = a.window_right;
@@ -116,12 +112,8 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   fill_common(pre, a, wl, ws);
   pre.out = static_cast<const Element*>(a.out);
   pre.dout = static_cast<const Element*>(a.dout);
-  pre.out_row_stride = a.out_stride.row;
-  pre.out_head_stride = a.out_stride.head;
-  pre.out_batch_stride = a.out_stride.batch;
-  pre.dout_row_stride = a.dout_stride.row;
-  pre.dout_head_stride = a.dout_stride.head;
-  pre.dout_batch_stride = a.dout_stride.batch;
+  pre.out_stride = a.out_stride;
+  pre.dout_stride = a.dout_stride;
   pre.lse = a.lse;
   pre.lse_head_stride = a.lse_head_stride;
   pre.lse_batch_stride = a.lse_batch_stride;
@@ -146,9 +138,7 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   BwdPostParams<Element> post{};
   fill_common(post, a, wl, ws);
   post.dq = static_cast<Element*>(a.dq);
-  post.dq_row_stride = a.dq_stride.row;
-  post.dq_head_stride = a.dq_stride.head;
-  post.dq_batch_stride = a.dq_stride.batch;
+  post.dq_stride = a.dq_stride;
   if (num_m_blocks > 0) {
     bwd_postprocess_kernel<T><<<row_grid, T::kNumConsumerThreads, 0, stream>>>(post);
     HOPATTN_CUDA_CHECK(cudaGetLastError());

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/fwd/params.hpp"
+#include "kernels/fwd_args.hpp"
 
 namespace hopattn::kernels::bwd {
 
@@ -24,13 +25,20 @@ struct BwdCommonParams {
   float softmax_scale{};
 };
 
+// First element of (batch entry, head) in a row-major tensor with strides s: dense entries by
+// batch stride, varlen entries by their first packed row.
+template <class E>
+__device__ __forceinline__ E* head_rows(E* base, const Strides3& s, bool varlen, int64_t first_row, int batch,
+                                        int head) {
+  return base + (varlen ? first_row * s.row : batch * s.batch) + head * s.head;
+}
+
 // Preprocess: reads O, dO and LSE, writes dsum and lse_log2.
 template <class Element>
 struct BwdPreParams : BwdCommonParams {
   const Element* out{};
   const Element* dout{};
-  int64_t out_row_stride{}, out_head_stride{}, out_batch_stride{};
-  int64_t dout_row_stride{}, dout_head_stride{}, dout_batch_stride{};
+  Strides3 out_stride, dout_stride;
   const float* lse{};
   int64_t lse_head_stride{}, lse_batch_stride{};
 };
@@ -39,7 +47,7 @@ struct BwdPreParams : BwdCommonParams {
 template <class Element>
 struct BwdPostParams : BwdCommonParams {
   Element* dq{};
-  int64_t dq_row_stride{}, dq_head_stride{}, dq_batch_stride{};
+  Strides3 dq_stride;
 };
 
 // The TMA descriptors come first (a base placed at offset 0 of the kernel parameters), as in
@@ -58,8 +66,7 @@ struct BwdKernelParams : BwdTmaParams<Traits>, BwdCommonParams {
 
   Element* dk{};
   Element* dv{};
-  int64_t dk_row_stride{}, dk_head_stride{}, dk_batch_stride{};
-  int64_t dv_row_stride{}, dv_head_stride{}, dv_batch_stride{};
+  Strides3 dk_stride, dv_stride;
 
   float scale_log2{};        // as in the forward: (softcap or softmax_scale) * log2(e)
   float softcap_prescale{};  // softmax_scale / softcap

@@ -31,8 +31,7 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
   Tensor coords = mma.get_thread_slice(tid).partition_C(
       make_identity_tensor(Shape<Int<T::kBlockM>, Int<T::kHeadDim>>{}));
   static_assert(decltype(size(coords))::value == T::kDqPerThread);
-  Element* dq = p.dq + (varlen ? si.q_offset * p.dq_row_stride : batch * p.dq_batch_stride) +
-                head * p.dq_head_stride;
+  Element* dq = head_rows(p.dq, p.dq_stride, varlen, si.q_offset, batch, head);
 
   // The block goes through shared memory so that global stores are whole 16-byte row pieces
   // (the accumulator order gives each thread 4-byte pairs scattered over rows). Rows are padded
@@ -62,7 +61,7 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
     const int r = vec / kVecsPerRow, c = vec % kVecsPerRow * 8;
     const int row = m_block * T::kBlockM + r;
     if (row < si.seqlen_q)
-      *reinterpret_cast<uint4*>(dq + row * p.dq_row_stride + c) = *reinterpret_cast<const uint4*>(&tile[r * kPitch + c]);
+      *reinterpret_cast<uint4*>(dq + row * p.dq_stride.row + c) = *reinterpret_cast<const uint4*>(&tile[r * kPitch + c]);
   }
 }
 

@@ -38,10 +38,8 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
   const bool varlen = p.cu_seqlens_q != nullptr;
   const int64_t stats_base = head * p.rows_per_head +
                              padded_row_start<kBlockM>(varlen, batch, si.q_offset, p.seqlen_q_rounded);
-  const Element* out = p.out + (varlen ? si.q_offset * p.out_row_stride : batch * p.out_batch_stride) +
-                       head * p.out_head_stride;
-  const Element* dout = p.dout + (varlen ? si.q_offset * p.dout_row_stride : batch * p.dout_batch_stride) +
-                        head * p.dout_head_stride;
+  const Element* out = head_rows(p.out, p.out_stride, varlen, si.q_offset, batch, head);
+  const Element* dout = head_rows(p.dout, p.dout_stride, varlen, si.q_offset, batch, head);
   const float* lse = p.lse + (varlen ? si.q_offset : batch * p.lse_batch_stride) + head * p.lse_head_stride;
 
   const int lane_in_row = threadIdx.x % Shape::kLanes;
@@ -57,8 +55,8 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
       const int col = (v * Shape::kLanes + lane_in_row) * 8;
       o[pass][v] = d[pass][v] = make_uint4(0, 0, 0, 0);
       if (row < si.seqlen_q) {
-        o[pass][v] = *reinterpret_cast<const uint4*>(out + row * p.out_row_stride + col);
-        d[pass][v] = *reinterpret_cast<const uint4*>(dout + row * p.dout_row_stride + col);
+        o[pass][v] = *reinterpret_cast<const uint4*>(out + row * p.out_stride.row + col);
+        d[pass][v] = *reinterpret_cast<const uint4*>(dout + row * p.dout_stride.row + col);
       }
     }
   }

@@ -39,7 +39,8 @@ HIDDEN = 2048
 ALL_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SEQLENS = (1024, 4096, 16384)
 IMPLS = ("fa2", "cudnn", "hopattn")
-LABELS = {"fa2": "FA2", "cudnn": "cuDNN", "hopattn": "hopattn"}
+OPTIONAL_IMPLS = ("hopattn-fp8",)  # not run unless named in --impls
+LABELS = {"fa2": "FA2", "cudnn": "cuDNN", "hopattn": "hopattn", "hopattn-fp8": "hopattn FP8"}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -149,6 +150,27 @@ class HopattnImpl(Impl):
         return reason
 
 
+class HopattnFp8Impl(HopattnImpl):
+    """hopattn's FP8 forward on the same inputs, quantized to e4m3 once per shape (outside the
+    timed region), one descale per (batch, head): compared against the bf16 peers of the run."""
+
+    name = "hopattn-fp8"
+
+    def __init__(self, module):
+        super().__init__(module.flash_attn_func)
+        self.module = module
+        self._cache = None
+
+    def forward(self, q, k, v, causal: bool):
+        if q.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError("e4m3 attention is forward-only")
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, *self.module.quantize_qkv_fp8(q, k, v))
+        _, q8, k8, v8, descales = self._cache
+        return self.module.flash_attn_func(q8, k8, v8, causal=causal, **descales)
+
+
 class MissingImpl(Impl):
     """Stands in for an implementation that could not be imported."""
 
@@ -190,6 +212,9 @@ def make_impls(names) -> list:
         elif name == "hopattn":
             module, reason = import_hopattn()
             impls.append(HopattnImpl(module.flash_attn_func) if module else MissingImpl(name, reason))
+        elif name == "hopattn-fp8":
+            module, reason = import_hopattn()
+            impls.append(HopattnFp8Impl(module) if module else MissingImpl(name, reason))
     return impls
 
 
@@ -323,10 +348,11 @@ def print_table(records: list, impls: list, directions: list, shapes: list) -> N
         for impl in impls:
             cols.append((f"{LABELS[impl]} {d}",
                          lambda s, i=impl, d=d: _fmt(tf.get((i, d, s.hdim, s.causal, s.seqlen)))))
-        if "hopattn" in impls and "cudnn" in impls:
-            cols.append((f"hopattn/cuDNN {d}", lambda s, d=d: _ratio(
-                tf.get(("hopattn", d, s.hdim, s.causal, s.seqlen)),
-                tf.get(("cudnn", d, s.hdim, s.causal, s.seqlen)))))
+        for ours in ("hopattn", "hopattn-fp8"):
+            if ours in impls and "cudnn" in impls:
+                cols.append((f"{LABELS[ours]}/cuDNN {d}", lambda s, d=d, o=ours: _ratio(
+                    tf.get((o, d, s.hdim, s.causal, s.seqlen)),
+                    tf.get(("cudnn", d, s.hdim, s.causal, s.seqlen)))))
     print()
     print("| hdim | causal | seqlen | " + " | ".join(h for h, _ in cols) + " |")
     print("|---" * (3 + len(cols)) + "|")
@@ -363,7 +389,7 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_true", help="seqlens 1024, 4096, 16384 only")
     p.add_argument("--causal", choices=["both", "no", "yes"], default="both")
     p.add_argument("--directions", default="fwd,bwd", help="comma list of fwd, bwd")
-    p.add_argument("--impls", default=",".join(IMPLS), help="comma list of " + ", ".join(IMPLS))
+    p.add_argument("--impls", default=",".join(IMPLS), help="comma list of " + ", ".join(IMPLS + OPTIONAL_IMPLS))
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--warmup-ms", type=float, default=25.0, help="do_bench warmup (ms)")
     p.add_argument("--rep-ms", type=float, default=100.0, help="do_bench rep (ms)")
@@ -378,7 +404,7 @@ def parse_args(argv=None):
         if d not in ("fwd", "bwd"):
             p.error(f"--directions: unknown {d!r}")
     for i in args.impls:
-        if i not in IMPLS:
+        if i not in IMPLS + OPTIONAL_IMPLS:
             p.error(f"--impls: unknown {i!r}")
     for h in args.hdims:
         if h <= 0 or HIDDEN % h:

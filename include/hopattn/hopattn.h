@@ -57,6 +57,10 @@ typedef struct hopattn_fwd_params {
   hopattn_tensor page_table, cache_seqlens, cache_batch_idx, k_new, v_new;
   int32_t num_splits;
   int32_t pack_gqa;
+  /* FP8 block descales (hopattn::Fp8BlockDescale): q (batch, nheads, blocks), k and v
+     (batch, nheads_k, blocks) float32; kv_block_rows a multiple of 128. */
+  hopattn_tensor q_block_descale, k_block_descale, v_block_descale;
+  int32_t q_block_rows, kv_block_rows;
 } hopattn_fwd_params;
 
 typedef struct hopattn_bwd_params {

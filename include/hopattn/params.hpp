@@ -31,6 +31,20 @@ struct MaskArgs {
   int32_t window_right = -1;
 };
 
+// FP8 block quantization: one descale per block of rows of one head, the way hopattn::quantize
+// writes them (x ~= code * descale). Each tensor is optional (undefined = 1) and combines with
+// the per-(batch, kv head) descales of FwdParams by multiplication.
+//   q: (batch, nheads,   ceil(seqlen_q / q_block_rows)) float32, contiguous
+//   k, v: (batch, nheads_k, ceil(seqlen_k / kv_block_rows)) float32, contiguous
+// q_block_rows may be any positive number; kv_block_rows must be a multiple of the FP8 kernel's
+// key tile, 128 (one scale then covers whole tiles, which keeps scaling free in the mainloop).
+// Dense (non-varlen) layouts only.
+struct Fp8BlockDescale {
+  TensorView q, k, v;
+  int32_t q_block_rows = 0;
+  int32_t kv_block_rows = 0;
+};
+
 // Switches that turn off one technique of the forward kernel, for the ablation benchmark (the
 // paper's Table 2). Leave them at their defaults: each one makes the kernel slower.
 struct FwdTuning {
@@ -65,6 +79,7 @@ struct FwdParams {
   const float* q_descale = nullptr;
   const float* k_descale = nullptr;
   const float* v_descale = nullptr;
+  Fp8BlockDescale block_descale;  // FP8 block quantization (optional)
 
   // KV cache / decoding.
   TensorView page_table;      // (batch, max_pages) int32; k/v are then paged

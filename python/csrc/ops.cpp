@@ -143,6 +143,37 @@ const float* descale_array(const OptTensor& t, const char* name, const at::Devic
   return keep_alive.back().data_ptr<float>();
 }
 
+int32_t to_i32(int64_t x, const char* name) {
+  if (x < INT32_MIN || x > INT32_MAX) bad_arg(name, "does not fit in int32: " + std::to_string(x));
+  return static_cast<int32_t>(x);
+}
+
+// A descale argument of the FP8 forward: a 2-D (batch, nheads_k) tensor is FlashAttention-3's
+// per-(batch, kv head) factor; a 3-D (batch, heads, num_blocks) tensor, as quantize_fp8 returns,
+// holds block descales of `block_rows` rows each (0 with a single block: the whole sequence,
+// rounded up to a multiple of `round_rows`).
+void descale_arg(const OptTensor& t, const char* name, const at::Device& device, int64_t batch,
+                 int64_t nheads_k, int64_t block_rows, const char* rows_name, int64_t seqlen,
+                 int64_t round_rows, const float** tensor_out, hopattn::TensorView* block_out,
+                 int32_t* rows_out, std::vector<Tensor>& keep_alive) {
+  if (!t.has_value()) return;
+  if (t->dim() != 3) {
+    *tensor_out = descale_array(t, name, device, batch, nheads_k, keep_alive);
+    return;
+  }
+  int64_t rows = block_rows;
+  if (rows <= 0) {
+    if (t->size(2) != 1)
+      bad_arg(rows_name, std::string("must be > 0 with a (batch, heads, num_blocks) ") + name + " of " +
+                             std::to_string(t->size(2)) + " blocks");
+    rows = std::max<int64_t>((seqlen + round_rows - 1) / round_rows * round_rows, 1);
+  }
+  if (*rows_out != 0 && *rows_out != rows)
+    bad_arg(rows_name, "k_descale and v_descale imply different block sizes");
+  *rows_out = to_i32(rows, rows_name);
+  *block_out = to_view(*t, name, device);
+}
+
 Tensor workspace_for(const hopattn::Plan& plan, const at::Device& device) {
   if (plan.workspace_bytes == 0) return Tensor();
   return at::empty({static_cast<int64_t>(plan.workspace_bytes)},
@@ -175,12 +206,9 @@ struct FwdArgs {
   OptTensor page_table, cache_seqlens, cache_batch_idx, k_new, v_new;
   int64_t num_splits = 1;
   bool pack_gqa = false;
+  int64_t q_block_rows = 0, kv_block_rows = 0;  // for 3-D (block) descales
 };
 
-int32_t to_i32(int64_t x, const char* name) {
-  if (x < INT32_MIN || x > INT32_MAX) bad_arg(name, "does not fit in int32: " + std::to_string(x));
-  return static_cast<int32_t>(x);
-}
 
 std::tuple<Tensor, Tensor> run_forward(const FwdArgs& a) {
   const at::Device device = device_of_first(a.q, "q");
@@ -216,9 +244,18 @@ std::tuple<Tensor, Tensor> run_forward(const FwdArgs& a) {
 
   std::vector<Tensor> keep_alive;
   const int64_t nheads_k = a.k.dim() >= 2 ? a.k.size(-2) : 0;
-  p.q_descale = descale_array(a.q_descale, "q_descale", device, batch, nheads_k, keep_alive);
-  p.k_descale = descale_array(a.k_descale, "k_descale", device, batch, nheads_k, keep_alive);
-  p.v_descale = descale_array(a.v_descale, "v_descale", device, batch, nheads_k, keep_alive);
+  {
+    const bool dense = a.q.dim() == 4 && a.k.dim() == 4;
+    const int64_t seqlen_q = dense ? a.q.size(1) : 0, seqlen_k = dense ? a.k.size(1) : 0;
+    hopattn::Fp8BlockDescale& bd = p.block_descale;
+    constexpr int64_t kKeyTile = 128;  // FP8 K/V scale blocks cover whole key tiles
+    descale_arg(a.q_descale, "q_descale", device, batch, nheads_k, a.q_block_rows, "q_block_rows", seqlen_q, 1,
+                &p.q_descale, &bd.q, &bd.q_block_rows, keep_alive);
+    descale_arg(a.k_descale, "k_descale", device, batch, nheads_k, a.kv_block_rows, "kv_block_rows", seqlen_k,
+                kKeyTile, &p.k_descale, &bd.k, &bd.kv_block_rows, keep_alive);
+    descale_arg(a.v_descale, "v_descale", device, batch, nheads_k, a.kv_block_rows, "kv_block_rows", seqlen_k,
+                kKeyTile, &p.v_descale, &bd.v, &bd.kv_block_rows, keep_alive);
+  }
 
   p.page_table = to_view(a.page_table, "page_table", device);
   p.cache_seqlens = to_view(a.cache_seqlens, "cache_seqlens", device);
@@ -264,7 +301,8 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
                                const OptTensor& page_table, const OptTensor& cache_seqlens,
                                const OptTensor& cache_batch_idx, const OptTensor& k_new,
                                const OptTensor& v_new, int64_t num_splits, bool pack_gqa,
-                               bool /*deterministic: used by the backward only*/) {
+                               bool /*deterministic: used by the backward only*/, int64_t q_block_rows,
+                               int64_t kv_block_rows) {
   // Appending to the cache writes into k and v, which this op's schema declares read-only.
   if (k_new.has_value() || v_new.has_value())
     bad_arg(k_new.has_value() ? "k_new" : "v_new",
@@ -279,6 +317,7 @@ std::tuple<Tensor, Tensor> fwd(const Tensor& q, const Tensor& k, const Tensor& v
   a.q_descale = q_descale, a.k_descale = k_descale, a.v_descale = v_descale;
   a.page_table = page_table, a.cache_seqlens = cache_seqlens, a.cache_batch_idx = cache_batch_idx;
   a.num_splits = num_splits, a.pack_gqa = pack_gqa;
+  a.q_block_rows = q_block_rows, a.kv_block_rows = kv_block_rows;
   return run_forward(a);
 }
 
@@ -435,7 +474,7 @@ TORCH_LIBRARY(hopattn, m) {
       "float softcap=0.0, Tensor? q_descale=None, Tensor? k_descale=None, Tensor? v_descale=None, "
       "Tensor? page_table=None, Tensor? cache_seqlens=None, Tensor? cache_batch_idx=None, "
       "Tensor? k_new=None, Tensor? v_new=None, int num_splits=1, bool pack_gqa=False, "
-      "bool deterministic=False) -> (Tensor out, Tensor lse)");
+      "bool deterministic=False, int q_block_rows=0, int kv_block_rows=0) -> (Tensor out, Tensor lse)");
   m.def(
       "fwd_kvcache(Tensor q, Tensor(a!) k_cache, Tensor(b!) v_cache, Tensor? k_new=None, "
       "Tensor? v_new=None, Tensor? cache_seqlens=None, Tensor? cache_batch_idx=None, "

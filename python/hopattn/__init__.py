@@ -16,6 +16,7 @@ from .interface import (
     flash_attn_varlen_func,
     flash_attn_with_kvcache,
     quantize_fp8,
+    quantize_qkv_fp8,
 )
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "flash_attn_with_kvcache",
     "flash_attn_combine",
     "quantize_fp8",
+    "quantize_qkv_fp8",
 ]

@@ -70,7 +70,8 @@ def _register() -> None:
                   max_seqlen_q=0, max_seqlen_k=0, softmax_scale=0.0, causal=False, window_left=-1,
                   window_right=-1, softcap=0.0, q_descale=None, k_descale=None, v_descale=None,
                   page_table=None, cache_seqlens=None, cache_batch_idx=None, k_new=None, v_new=None,
-                  num_splits=1, pack_gqa=False, deterministic=False):
+                  num_splits=1, pack_gqa=False, deterministic=False, q_block_rows=0,
+                  kv_block_rows=0):
         if k_new is not None or v_new is not None:
             raise ValueError(("k_new" if k_new is not None else "v_new")
                              + ": appending to a KV cache writes k and v: use hopattn::fwd_kvcache")

@@ -19,6 +19,7 @@ from . import _ops
 
 __all__ = [
     "quantize_fp8",
+    "quantize_qkv_fp8",
     "flash_attn_func",
     "flash_attn_varlen_func",
     "flash_attn_with_kvcache",
@@ -57,12 +58,17 @@ def flash_attn_func(
     pack_gqa: Optional[bool] = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    descale_block_rows: Sequence[int] = (0, 0),
 ):
     """softmax(q k^T * softmax_scale + mask) v for fixed-length batches.
 
     q: (batch, seqlen_q, nheads, head_dim); k, v: (batch, seqlen_k, nheads_k, head_dim) in
-    float16, bfloat16 or float8_e4m3fn (then with optional float32 (batch, nheads_k) descale
-    factors, and a bfloat16 output). softmax_scale defaults to 1/sqrt(head_dim); softcap > 0
+    float16, bfloat16 or float8_e4m3fn. For float8_e4m3fn (head dims 64, 128, 256; bfloat16
+    output) each of q/k/v_descale is optional and either float32 (batch, nheads_k), one factor
+    per (batch, kv head) as in FlashAttention-3, or float32 (batch, heads, num_blocks) block
+    descales as quantize_fp8 returns them, with descale_block_rows = (q rows, k/v rows) per
+    block (k/v rows a multiple of 128; 0 when there is one block); see quantize_qkv_fp8.
+    softmax_scale defaults to 1/sqrt(head_dim); softcap > 0
     replaces each score s by softcap * tanh(s / softcap). Differentiable in q, k and v.
 
     Returns out (batch, seqlen_q, nheads, head_dim), or (out, softmax_lse) with
@@ -84,6 +90,8 @@ def flash_attn_func(
         num_splits=num_splits,
         pack_gqa=bool(pack_gqa),
         deterministic=deterministic,
+        q_block_rows=int(descale_block_rows[0]),
+        kv_block_rows=int(descale_block_rows[1]),
     )
     return (out, lse) if return_attn_probs else out
 
@@ -109,6 +117,7 @@ def flash_attn_varlen_func(
     pack_gqa: Optional[bool] = None,
     deterministic: bool = False,
     return_attn_probs: bool = False,
+    descale_block_rows: Sequence[int] = (0, 0),
 ):
     """Attention over packed variable-length sequences.
 
@@ -142,6 +151,8 @@ def flash_attn_varlen_func(
         num_splits=num_splits,
         pack_gqa=bool(pack_gqa),
         deterministic=deterministic,
+        q_block_rows=int(descale_block_rows[0]),
+        kv_block_rows=int(descale_block_rows[1]),
     )
     return (out, lse) if return_attn_probs else out
 
@@ -228,6 +239,24 @@ def flash_attn_combine(out_partial, lse_partial, out=None, out_dtype=None):
         out.copy_(result)
         result = out
     return result, lse
+
+
+def quantize_qkv_fp8(q, k, v, q_block_rows: int = 0, kv_block_rows: int = 0, hadamard: bool = False,
+                     seed: int = 0):
+    """Quantize fp16/bf16 q, k, v (batch, seqlen, heads, head_dim) for the FP8 forward.
+
+    Returns (q8, k8, v8, descales) where descales is a dict of keyword arguments for
+    flash_attn_func: block descales of q_block_rows query rows and kv_block_rows key rows (a
+    multiple of 128; 0 = one block per (batch, head)). hadamard=True rotates q and k with the
+    same random signs (incoherent processing): attention is unchanged, outliers are spread.
+        q8, k8, v8, d = hopattn.quantize_qkv_fp8(q, k, v, 64, 128, hadamard=True)
+        out = hopattn.flash_attn_func(q8, k8, v8, causal=True, **d)
+    """
+    q8, qd = quantize_fp8(q, q_block_rows, hadamard, seed)
+    k8, kd = quantize_fp8(k, kv_block_rows, hadamard, seed)
+    v8, vd = quantize_fp8(v, kv_block_rows, False, seed)
+    return q8, k8, v8, dict(q_descale=qd, k_descale=kd, v_descale=vd,
+                            descale_block_rows=(q_block_rows, kv_block_rows))
 
 
 def quantize_fp8(x, block_rows: int = 0, hadamard: bool = False, seed: int = 0):

@@ -144,6 +144,34 @@ def test_fp8_with_descale(causal):
     assert_within_rule(out, ref, lowp, factor=4.0, atol=1e-3)
 
 
+@pytest.mark.parametrize("hadamard", [False, True])
+def test_fp8_block_descales_from_quantize(hadamard):
+    # quantize_qkv_fp8's (batch, heads, num_blocks) descales go straight into flash_attn_func.
+    # With the rotation, Q and K are rotated alike and the reference is the unrotated attention.
+    torch.manual_seed(9)
+    q = randn(2, 300, 4, 128)
+    k = randn(2, 384, 2, 128)
+    v = randn(2, 384, 2, 128)
+    q8, k8, v8, d = hopattn.quantize_qkv_fp8(q, k, v, q_block_rows=64, kv_block_rows=128, hadamard=hadamard)
+    assert d["q_descale"].shape == (2, 4, 5) and d["k_descale"].shape == (2, 2, 3)
+    out = call_or_skip(flash_attn_func, q8, k8, v8, causal=True, **d)
+    ref, _ = attention_ref(q, k, v, causal=True)
+    rel_rmse = ((out.double() - ref).pow(2).mean() / ref.pow(2).mean()).sqrt().item()
+    assert rel_rmse < 0.1, rel_rmse  # the C++ test holds the kernel to a per-element bound
+
+
+def test_fp8_one_block_descales_need_no_rows():
+    # quantize_fp8 with block_rows=0 gives one block per (batch, head): no block sizes needed.
+    torch.manual_seed(10)
+    q, k, v = (randn(1, 200, 2, 64) for _ in range(3))
+    q8, k8, v8, d = hopattn.quantize_qkv_fp8(q, k, v)
+    d.pop("descale_block_rows")
+    out = call_or_skip(flash_attn_func, q8, k8, v8, **d)
+    ref, _ = attention_ref(q, k, v)
+    rel_rmse = ((out.double() - ref).pow(2).mean() / ref.pow(2).mean()).sqrt().item()
+    assert rel_rmse < 0.1, rel_rmse  # the C++ test holds the kernel to a per-element bound
+
+
 # ---- varlen -------------------------------------------------------------------------------------
 
 

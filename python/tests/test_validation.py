@@ -189,6 +189,18 @@ def test_descale_wrong_shape_and_dtype():
            v_descale=torch.ones(2, 4, dtype=torch.float16, device=DEV))
 
 
+def test_block_descales_need_their_block_rows():
+    q, k, v = (t.to(torch.float8_e4m3fn) for t in qkv())
+    seqlen = q.shape[1]
+    blocks = torch.ones(q.shape[0], q.shape[2], 3, device=DEV)  # three blocks of unknown size
+    raises(ValueError, "q_block_rows", flash_attn_func, q, k, v, q_descale=blocks)
+    kv_blocks = torch.ones(k.shape[0], k.shape[2], (k.shape[1] + 63) // 64, device=DEV)
+    # K/V blocks must cover whole 128-key tiles.
+    raises(ValueError, "block_descale.kv_block_rows", flash_attn_func, q, k, v, k_descale=kv_blocks,
+           descale_block_rows=(0, 64))
+    assert seqlen > 0
+
+
 # ---- varlen -------------------------------------------------------------------------------------
 
 

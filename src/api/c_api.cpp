@@ -47,6 +47,11 @@ hopattn::FwdParams to_cpp(const hopattn_fwd_params& c) {
   p.q_descale = c.q_descale;
   p.k_descale = c.k_descale;
   p.v_descale = c.v_descale;
+  p.block_descale.q = to_view(c.q_block_descale);
+  p.block_descale.k = to_view(c.k_block_descale);
+  p.block_descale.v = to_view(c.v_block_descale);
+  p.block_descale.q_block_rows = c.q_block_rows;
+  p.block_descale.kv_block_rows = c.kv_block_rows;
   p.page_table = to_view(c.page_table);
   p.cache_seqlens = to_view(c.cache_seqlens);
   p.cache_batch_idx = to_view(c.cache_batch_idx);

@@ -69,11 +69,33 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
   fill_problem_args(a, p, prob, dev);
   a.disable_pingpong = p.tuning.disable_pingpong;
   a.disable_lpt = p.tuning.disable_lpt;
+  if (prob.dtype == DType::kFloat8E4M3) {
+    const Fp8BlockDescale& bd = p.block_descale;
+    a.q_descale = p.q_descale;
+    a.k_descale = p.k_descale;
+    a.v_descale = p.v_descale;
+    a.q_block_descale = static_cast<const float*>(bd.q.data);
+    a.k_block_descale = static_cast<const float*>(bd.k.data);
+    a.v_block_descale = static_cast<const float*>(bd.v.data);
+    a.q_block_rows = bd.q_block_rows;
+    a.kv_block_rows = bd.kv_block_rows;
+    a.q_num_blocks = bd.q.defined() ? static_cast<int>(bd.q.shape[2]) : 0;
+    a.kv_num_blocks = bd.k.defined() ? static_cast<int>(bd.k.shape[2]) : bd.v.defined() ? static_cast<int>(bd.v.shape[2]) : 0;
+    a.out_fp16 = prob.out_dtype == DType::kFloat16;
+  }
   return a;
 }
 
-const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdTuning& tuning) {
+const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdParams& p) {
+  const FwdTuning& tuning = p.tuning;
   const bool ablation = tuning.disable_intra_wg_overlap;
+  if (prob.dtype == DType::kFloat8E4M3) {
+    if (prob.head_dim != 64 && prob.head_dim != 128 && prob.head_dim != 256)
+      detail::not_supported("q", "e4m3 forward for head dim " + std::to_string(prob.head_dim) +
+                                     " (FP8 kernels exist for head dims 64, 128, 256)");
+    if (ablation)
+      detail::not_supported("tuning.disable_intra_wg_overlap", "the ablation kernel is bf16 head dim 128 only");
+  }
   const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation);
   if (k == nullptr && ablation)
     detail::not_supported("tuning.disable_intra_wg_overlap",
@@ -81,6 +103,11 @@ const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdTun
   if (k == nullptr)
     detail::not_supported("q", std::string("forward for ") + dtype_name(prob.dtype) + " head dim " +
                                    std::to_string(prob.head_dim) + " (no such kernel in this build)");
+  const Fp8BlockDescale& bd = p.block_descale;
+  if ((bd.k.defined() || bd.v.defined()) && bd.kv_block_rows % k->block_n != 0)
+    detail::fail("block_descale.kv_block_rows", "must be a multiple of " + std::to_string(k->block_n) +
+                                                    " (the FP8 kernel's key tile), got " +
+                                                    std::to_string(bd.kv_block_rows));
   return *k;
 }
 
@@ -158,7 +185,7 @@ const Kernel& planned_kernel(const Plan& plan, const Kernel* kernels, const char
 
 Plan plan_fwd(const FwdParams& p, const DeviceInfo& dev) {
   const FwdProblem prob = detail::validate_fwd(p, dev);
-  const kernels::FwdKernel& k = choose_fwd_kernel(prob, p.tuning);
+  const kernels::FwdKernel& k = choose_fwd_kernel(prob, p);
   return make_plan(dev, k, kernels::fwd_kernels(), k.workspace_bytes(make_fwd_args(p, prob, dev)));
 }
 

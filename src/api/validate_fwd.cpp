@@ -19,11 +19,38 @@ void check_lse(const TensorView& lse, const AttnShape& s) {
   check_contiguous(lse, "lse");
 }
 
-void check_fp8_args(const FwdParams& p, DType dtype) {
+// One block-descale tensor: (batch, heads, ceil(seqlen / block_rows)) float32, contiguous.
+void check_block_descale(const TensorView& t, const char* name, const char* rows_name, int32_t block_rows,
+                         int64_t batch, int64_t heads, int64_t seqlen, const char* heads_name,
+                         const DeviceInfo& dev) {
+  if (!t.defined()) return;
+  if (block_rows <= 0) fail(rows_name, "must be > 0 when " + std::string(name) + " is given, got " + std::to_string(block_rows));
+  check_dtype(t, name, {DType::kFloat32});
+  const int64_t blocks = (seqlen + block_rows - 1) / block_rows;
+  const std::string layout = std::string("(batch, ") + heads_name + ", ceil(seqlen / " + rows_name + "))";
+  check_shape(t, name, {batch, heads, blocks}, layout.c_str());
+  check_contiguous(t, name);
+  check_device_pointer(t.data, name, dev);
+}
+
+void check_fp8_args(const FwdParams& p, const AttnShape& s, DType dtype, const DeviceInfo& dev) {
+  const Fp8BlockDescale& bd = p.block_descale;
   const bool any_descale = p.q_descale || p.k_descale || p.v_descale;
+  const bool any_block = bd.q.defined() || bd.k.defined() || bd.v.defined();
+  const char* first_block = bd.q.defined() ? "block_descale.q" : bd.k.defined() ? "block_descale.k" : "block_descale.v";
   if (any_descale && dtype != DType::kFloat8E4M3)
     fail(p.q_descale ? "q_descale" : p.k_descale ? "k_descale" : "v_descale",
          std::string("descale factors apply to e4m3 inputs only, q is ") + dtype_name(dtype));
+  if (any_block && dtype != DType::kFloat8E4M3)
+    fail(first_block, std::string("descale factors apply to e4m3 inputs only, q is ") + dtype_name(dtype));
+  if (dtype != DType::kFloat8E4M3) return;
+  if (any_block && s.varlen) not_supported(first_block, "block descales with variable-length inputs");
+  check_block_descale(bd.q, "block_descale.q", "block_descale.q_block_rows", bd.q_block_rows, s.batch, s.nheads,
+                      s.seqlen_q, "nheads", dev);
+  check_block_descale(bd.k, "block_descale.k", "block_descale.kv_block_rows", bd.kv_block_rows, s.batch,
+                      s.nheads_k, s.seqlen_k, "nheads_k", dev);
+  check_block_descale(bd.v, "block_descale.v", "block_descale.kv_block_rows", bd.kv_block_rows, s.batch,
+                      s.nheads_k, s.seqlen_k, "nheads_k", dev);
 }
 
 void check_kv_cache_args(const FwdParams& p) {
@@ -62,7 +89,7 @@ FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev) {
   prob.has_lse = p.lse.defined();
 
   check_scalars(p.softmax_scale, p.mask, p.softcap, prob);
-  check_fp8_args(p, prob.dtype);
+  check_fp8_args(p, s, prob.dtype, dev);
   check_device_pointer(p.q_descale, "q_descale", dev);
   check_device_pointer(p.k_descale, "k_descale", dev);
   check_device_pointer(p.v_descale, "v_descale", dev);

@@ -41,6 +41,16 @@ struct FwdArgs : ProblemArgs {
   Strides3 q_stride, k_stride, v_stride, out_stride;
   int64_t lse_batch_stride = 0, lse_head_stride = 0;  // row stride is 1
 
+  // FP8 (e4m3) inputs: descales (null = 1) and the output dtype; see fwd/fp8_scales.hpp.
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  const float* q_block_descale = nullptr;  // (batch, nheads, q_num_blocks)
+  const float* k_block_descale = nullptr;  // (batch, nheads_k, kv_num_blocks)
+  const float* v_block_descale = nullptr;
+  int q_block_rows = 0, q_num_blocks = 0, kv_block_rows = 0, kv_num_blocks = 0;
+  bool out_fp16 = false;
+
   // Ablation switches (benchmarks only): see docs/design/fwd.md. (Disabling intra-warpgroup
   // overlap selects another kernel in the registry; it is not a launch argument.)
   bool disable_pingpong = false;

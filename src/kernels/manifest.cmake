@@ -1,6 +1,6 @@
 # The one list of kernel instantiations compiled into the library: one forward kernel per
-# (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS, and one backward kernel per
-# (dtype, head dim <= 128). Each gets its own generated
+# (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS, one backward kernel per
+# (dtype, head dim <= 128), and with HOPATTN_FP8 one e4m3 forward kernel per head dim 64, 128, 256. Each gets its own generated
 # translation unit (parallel builds, per-file compile stats); registry.cpp lists them for the
 # dispatcher. Tile shapes live in src/kernels/fwd/tile_table.hpp.
 set(_gen "${CMAKE_CURRENT_BINARY_DIR}/kernels")
@@ -58,6 +58,7 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
         set(ABLATION "true")
         set(SUFFIX "_no_overlap")
       endif()
+      set(TRAITS "fwd::DefaultFwdTraits<${ELEMENT}, ${HDIM}, ${OVERLAP}>")
       set(_src "${_gen}/fwd_${DTYPE}_hd${HDIM}${SUFFIX}.cu")
       configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/fwd/instance.cu.in" "${_src}" @ONLY)
       list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
@@ -74,6 +75,23 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
     endif()
   endforeach()
 endforeach()
+# FP8 forward: e4m3 inputs, bf16/fp16 output chosen at run time (one kernel per head dim).
+if(HOPATTN_FP8)
+  foreach(HDIM IN LISTS HOPATTN_HEAD_DIMS)
+    if(HDIM MATCHES "^(64|128|256)$")
+      set(DTYPE "e4m3")
+      set(DTYPE_ENUM "kFloat8E4M3")
+      set(SUFFIX "")
+      set(ABLATION "false")
+      set(TRAITS "fwd::DefaultFwdFp8Traits<${HDIM}>")
+      set(_src "${_gen}/fwd_e4m3_hd${HDIM}.cu")
+      configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/fwd/instance.cu.in" "${_src}" @ONLY)
+      list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
+      string(APPEND DECLS "extern const FwdKernel kFwd_e4m3_hd${HDIM};\n")
+      string(APPEND ENTRIES "    kFwd_e4m3_hd${HDIM},\n")
+    endif()
+  endforeach()
+endif()
 configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/registry.cpp.in" "${_gen}/registry.cpp" @ONLY)
 list(APPEND HOPATTN_KERNEL_SOURCES "${_gen}/registry.cpp")
 message(STATUS "hopattn: forward kernels for dtypes [${HOPATTN_DTYPES}] x head dims [${HOPATTN_HEAD_DIMS}]")

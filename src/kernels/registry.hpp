@@ -17,6 +17,7 @@ struct FwdKernel {
   DType dtype;
   int head_dim;
   bool ablation_no_overlap;  // the Table 2 variant without intra-warpgroup overlap
+  int block_n;               // keys per tile: FP8 K/V scale blocks must be a multiple
   size_t (*workspace_bytes)(const FwdArgs&);
   void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
 };

@@ -261,6 +261,41 @@ TEST_F(FwdFixture, DescaleOnlyForFp8) {
   expect_error(ErrorCode::kInvalidArgument, "k_descale", "e4m3");
 }
 
+TEST_F(FwdFixture, Fp8BlockDescales) {
+  p.block_descale.k = arena.tensor(DType::kFloat32, {2, 2, 1});
+  p.block_descale.kv_block_rows = 128;
+  expect_error(ErrorCode::kInvalidArgument, "block_descale.k", "e4m3");  // bf16 inputs
+  for (TensorView* t : {&p.q, &p.k, &p.v}) t->dtype = DType::kFloat8E4M3;
+  p.block_descale.k = arena.tensor(DType::kFloat32, {2, 2, 3});  // 96 keys are one 128-row block
+  expect_error(ErrorCode::kInvalidArgument, "block_descale.k", "(batch, nheads_k, ceil(seqlen / block_descale.kv_block_rows))");
+  p.block_descale.k = arena.tensor(DType::kFloat32, {2, 2, 1});
+  p.block_descale.kv_block_rows = 0;
+  expect_error(ErrorCode::kInvalidArgument, "block_descale.kv_block_rows", "must be > 0");
+  p.block_descale.kv_block_rows = 128;
+  p.block_descale.q = arena.tensor(DType::kFloat16, {2, 8, 1});
+  p.block_descale.q_block_rows = 64;
+  expect_error(ErrorCode::kInvalidArgument, "block_descale.q", "dtype");
+  // The multiple of the key tile is checked against the kernel the planner picks.
+  p.block_descale.q = arena.tensor(DType::kFloat32, {2, 8, 1});
+  p.block_descale.kv_block_rows = 64;
+  p.block_descale.k = arena.tensor(DType::kFloat32, {2, 2, 2});
+  try {
+    plan_fwd(p, fake_hopper());
+    FAIL() << "kv_block_rows = 64 was accepted";
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kNotSupported) {  // a build without the e4m3 d128 kernel
+      EXPECT_EQ(e.argument(), "block_descale.kv_block_rows") << e.what();
+      EXPECT_NE(std::string(e.what()).find("multiple of 128"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(FwdFixture, Fp8HeadDimsAndAblation) {
+  for (TensorView* t : {&p.q, &p.k, &p.v}) t->dtype = DType::kFloat8E4M3;
+  p.tuning.disable_intra_wg_overlap = true;
+  expect_error(ErrorCode::kNotSupported, "tuning.disable_intra_wg_overlap", "bf16 head dim 128 only");
+}
+
 TEST_F(FwdFixture, VarlenArguments) {
   const int32_t cu[3] = {0, 30, 64};
   p.q = arena.tensor(DType::kBFloat16, {64, 8, 128});

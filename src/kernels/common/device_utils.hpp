@@ -50,6 +50,55 @@ CUTE_HOST_DEVICE auto acc_as_a_operand_16bit(Layout acc) {
   return make_layout(k16, get<1>(acc), coalesce(make_layout(slices, get<2>(acc))));
 }
 
+// For e4m3 inputs the A operand of a k32 WGMMA holds, per thread and 32-key slice, 16 bytes in
+// four registers: (4 consecutive key positions, row half, position half 0-15 / 16-31), i.e.
+// ((4, 2, 2), MMA_M, N/32), compact. It does not match the accumulator's order; see
+// convert_scores_to_e4m3_a and the key permutation in kernels/fwd/v_transpose.hpp.
+template <class Layout>
+CUTE_HOST_DEVICE auto a_operand_layout_8bit(Layout acc) {
+  constexpr int kGroups = decltype(size<2>(get<0>(acc)))::value;  // N/8
+  static_assert(kGroups % 4 == 0, "tile N must be a multiple of 32");
+  return make_layout(make_shape(make_shape(_4{}, _2{}, _2{}), size<1>(acc), Int<kGroups / 4 * decltype(size<2>(acc))::value>{}));
+}
+
+template <bool kEightBit, class Layout>
+CUTE_HOST_DEVICE auto p_operand_layout(Layout acc) {
+  if constexpr (kEightBit) return a_operand_layout_8bit(acc);
+  else return acc_as_a_operand_16bit(acc);
+}
+
+// Four floats -> four e4m3 bytes in one register (x0 in the low byte), round to nearest, saturate.
+CUTLASS_DEVICE uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
+  uint32_t r;
+  asm("{\n .reg .b16 lo, hi;\n"
+      " cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n"
+      " cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
+      " mov.b32 %0, {lo, hi};\n}"
+      : "=r"(r)
+      : "f"(x0), "f"(x1), "f"(x2), "f"(x3));
+  return r;
+}
+
+// P (fp32 accumulator order ((2 cols, 2 row halves, N/8 groups), 1, 1)) -> the e4m3 A operand.
+// Register q of slice s takes the thread's two column pairs of one row half from two adjacent
+// 8-column groups: row half q % 2, groups 4s + 2 (q / 2) and 4s + 2 (q / 2) + 1. So A position
+// 4t + i (+16) of the slice holds key 2t + (i % 2) + 8 (i / 2) (+16): fp8_key_of_position.
+template <class TensorS, class TensorP>
+CUTLASS_DEVICE void convert_scores_to_e4m3_a(TensorS const& s, TensorP& p) {
+  constexpr int kSlices = decltype(size(s))::value / 16;
+  static_assert(decltype(size(p))::value == 16 * kSlices);
+  const float* in = s.data();
+  uint32_t* out = reinterpret_cast<uint32_t*>(p.data());
+  CUTE_UNROLL
+  for (int sl = 0; sl < kSlices; ++sl) {
+    const float* f = in + 16 * sl;
+    out[4 * sl + 0] = pack_e4m3x4(f[0], f[1], f[4], f[5]);
+    out[4 * sl + 1] = pack_e4m3x4(f[2], f[3], f[6], f[7]);
+    out[4 * sl + 2] = pack_e4m3x4(f[8], f[9], f[12], f[13]);
+    out[4 * sl + 3] = pack_e4m3x4(f[10], f[11], f[14], f[15]);
+  }
+}
+
 // Converts a register tensor of floats to another element type, element by element, in pairs
 // where the element type has a packed conversion.
 template <class To, class Engine, class Layout>

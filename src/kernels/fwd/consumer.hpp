@@ -16,6 +16,7 @@
 
 #include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/epilogue.hpp"
+#include "kernels/fwd/fp8_scales.hpp"
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
@@ -73,24 +74,42 @@ struct Consumer {
   Pingpong<T::kNumConsumerWgs> pingpong;
   PipeState<T::kStages> k_pipe, v_pipe;  // K and V rings advance independently
   PipeState<T::kQStages> q_pipe;
+  Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
 
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
                                                   const WindowMask<T::kBlockM, T::kBlockN>& mask,
-                                                  int m_block, int n, OnlineSoftmax<kRows>& softmax,
-                                                  float (&o_scale)[kRows]) {
+                                                  int m_block, int n, const RowScales<kRows>& rs,
+                                                  OnlineSoftmax<kRows>& softmax, float (&o_scale)[kRows]) {
     using namespace cute;
     Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));
     if (p.use_softcap) {
       CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fast_tanh(tSrS(i) * p.softcap_prescale);
+      for (int i = 0; i < size<0>(s_rc); ++i) {
+        CUTE_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j) s_rc(i, j) = fast_tanh(s_rc(i, j) * rs.softcap_mult[i]);
+      }
     }
     if (mask.block_needs_mask(m_block, n)) {
       Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
       mask.apply(s_rc, c_rc, m_block, n);
     }
-    if (first) softmax.template step<true>(s_rc, o_scale);
-    else softmax.template step<false>(s_rc, o_scale);
+    if (first) softmax.template step<true>(s_rc, rs.log2_mult, o_scale);
+    else softmax.template step<false>(s_rc, rs.log2_mult, o_scale);
+  }
+
+  // The score multipliers of a key block whose K descale is k_scale (read_key_descales; 1 for 16-bit
+  // inputs, where every block uses the same constants).
+  __device__ __forceinline__ RowScales<kRows> row_scales(float k_scale) const {
+    RowScales<kRows> rs;
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      float qk = 1.f;
+      if constexpr (T::kFp8) qk = fmaxf(fp8.q[i] * k_scale, FLT_MIN);  // > 0 keeps -inf * qk = -inf
+      rs.softcap_mult[i] = p.softcap_prescale * qk;
+      rs.log2_mult[i] = p.use_softcap ? p.scale_log2 : p.scale_log2 * qk;
+    }
+    return rs;
   }
 
   // Named steps of the schedule. Each issue_* waits for its operand stage to land and issues
@@ -107,6 +126,16 @@ struct Consumer {
     wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
     issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
   }
+  // Tile n's K and V descales, stored by the producer next to the K stage just waited for; read
+  // before that stage is released (FP8 only).
+  __device__ __forceinline__ void read_key_descales(float& k_scale, float& v_block) const {
+    if constexpr (T::kFp8) {
+      k_scale = smem.k_descale[k_pipe.stage];
+      v_block = smem.v_descale[k_pipe.stage];
+    } else {
+      k_scale = v_block = 1.f;
+    }
+  }
   __device__ __forceinline__ void release_k() {
     release(smem.k_empty[k_pipe.stage]);
     k_pipe.advance();
@@ -120,15 +149,25 @@ struct Consumer {
     q_pipe.advance();
   }
 
+  // O *= o_scale (online softmax) * v_ratio (FP8 V block descales: O is kept in units of the
+  // descale of the last V block added, so moving to the next block multiplies by old / new).
   template <class TensorO>
-  __device__ __forceinline__ void rescale_output(TensorO& tOrO, const float (&o_scale)[kRows]) {
+  __device__ __forceinline__ void rescale_output(TensorO& tOrO, const float (&o_scale)[kRows], float v_ratio) {
     using namespace cute;
     Tensor o_rc = make_tensor(tOrO.data(), acc_as_rowcol(tOrO.layout()));
     CUTE_UNROLL
     for (int i = 0; i < size<0>(o_rc); ++i) {
+      const float f = T::kFp8 ? o_scale[i] * v_ratio : o_scale[i];
       CUTE_UNROLL
-      for (int j = 0; j < size<1>(o_rc); ++j) o_rc(i, j) *= o_scale[i];
+      for (int j = 0; j < size<1>(o_rc); ++j) o_rc(i, j) *= f;
     }
+  }
+
+  // P (fp32 scores after the softmax) into the A-operand registers of O += P V.
+  template <class TS, class TP>
+  __device__ __forceinline__ static void convert_p(const TS& tSrS, TP& tOrP) {
+    if constexpr (T::kFp8) convert_scores_to_e4m3_a(tSrS, tOrP);
+    else convert_into(tSrS, tOrP);
   }
 
   __device__ void run(const TileScheduler& sched) {
@@ -158,28 +197,35 @@ struct Consumer {
 
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<T::kBlockM>, Int<T::kHeadDim>>{});
       clear(tOrO);
-      OnlineSoftmax<kRows> softmax(p.scale_log2);
+      OnlineSoftmax<kRows> softmax;
+      if constexpr (T::kFp8) fp8 = Fp8TileScales<kRows, T::kFp8>::load(p, c, tScS, si.seqlen_q, T::kBlockM);
+      float o_units = 1.f;  // FP8: the V block descale O is currently expressed in
       if (n_end > n_begin) {
         wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
         auto tSrQ_tile = tSrQ(_, _, _, q_pipe.stage);
-        mainloop(mma_qk, mma_pv, tSrQ_tile, tSrK, tOrVt, tScS, tOrO, softmax, mask, c.m_block, n_begin, n_end);
+        o_units = mainloop(mma_qk, mma_pv, tSrQ_tile, tSrK, tOrVt, tScS, tOrO, softmax, mask, c.m_block,
+                           n_begin, n_end);
       }
-      Epilogue<T>::store(p, tOrO, tOcO, softmax, c, si, tid);
+      Epilogue<T>::store(p, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid);
     }
   }
 
+  // Returns the V descale the output accumulator is expressed in (1 for 16-bit inputs).
   template <class MmaQK, class MmaPV, class TQ, class TK, class TV, class TC, class TO>
-  __device__ __forceinline__ void mainloop(MmaQK& mma_qk, MmaPV& mma_pv, TQ& tSrQ, TK& tSrK, TV& tOrVt,
+  __device__ __forceinline__ float mainloop(MmaQK& mma_qk, MmaPV& mma_pv, TQ& tSrQ, TK& tSrK, TV& tOrVt,
                                            const TC& tScS, TO& tOrO, OnlineSoftmax<kRows>& softmax,
                                            const WindowMask<T::kBlockM, T::kBlockN>& mask, int m_block,
                                            int n_begin, int n_end) {
     using namespace cute;
     float o_scale[kRows];
     auto scores = [&] { return partition_fragment_C(mma_qk, Shape<Int<T::kBlockM>, Int<T::kBlockN>>{}); };
-    // P lives in registers laid out as the A operand of O += P V; the score accumulator is
-    // converted into it in place (same register order for 16-bit types).
+    // P lives in registers laid out as the A operand of O += P V: the score accumulator's own
+    // order for 16-bit types; for e4m3, k32 slices with permuted keys (v_transpose.hpp).
     using ScoreLayout = decltype(scores().layout());
-    Tensor tOrP = make_tensor<Element>(acc_as_a_operand_16bit(ScoreLayout{}));
+    Tensor tOrP = make_tensor<Element>(p_operand_layout<T::kFp8>(ScoreLayout{}));
+    using Scales = Fp8TileScales<kRows, T::kFp8>;
+    float k_scale, v_block;
+    float v_units = 1.f;  // the V descale O is expressed in (FP8 block descales)
 
     if constexpr (T::kIntraWgOverlap) {
       // First block: S only.
@@ -187,26 +233,31 @@ struct Consumer {
       pingpong.acquire();
       issue_scores(mma_qk, tSrQ, tSrK, tSrS);
       pingpong.hand_over();
+      read_key_descales(k_scale, v_block);
+      v_units = Scales::v_units(v_block, 1.f);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
       release_k();
-      scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, softmax, o_scale);
-      convert_into(tSrS, tOrP);
+      scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, row_scales(k_scale), softmax, o_scale);
+      convert_p(tSrS, tOrP);
       for (int n = n_end - 2; n >= n_begin; --n) {
         Tensor tSrS_next = scores();
         pingpong.acquire();
         issue_scores(mma_qk, tSrQ, tSrK, tSrS_next);
         issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
+        read_key_descales(k_scale, v_block);
+        const float v_next = Scales::v_units(v_block, v_units);
         warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
         warpgroup_fence_operand(tSrS_next);
         release_k();
-        scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, softmax, o_scale);
+        scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         release_v();
-        rescale_output(tOrO, o_scale);
-        convert_into(tSrS_next, tOrP);
+        rescale_output(tOrO, o_scale, v_units / v_next);
+        v_units = v_next;
+        convert_p(tSrS_next, tOrP);
       }
       release_q();  // every Q K^T of this tile has completed
       pingpong.acquire();
@@ -222,13 +273,16 @@ struct Consumer {
         pingpong.acquire();
         issue_scores(mma_qk, tSrQ, tSrK, tSrS);
         pingpong.hand_over();
+        read_key_descales(k_scale, v_block);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tSrS);
         release_k();
         if (n == n_begin) release_q();
-        scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, softmax, o_scale);
-        if (n != n_end - 1) rescale_output(tOrO, o_scale);
-        convert_into(tSrS, tOrP);
+        scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
+        const float v_next = Scales::v_units(v_block, n == n_end - 1 ? 1.f : v_units);
+        if (n != n_end - 1) rescale_output(tOrO, o_scale, v_units / v_next);
+        v_units = v_next;
+        convert_p(tSrS, tOrP);
         pingpong.acquire();
         issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
@@ -237,6 +291,7 @@ struct Consumer {
         release_v();
       }
     }
+    return v_units;
   }
 };
 

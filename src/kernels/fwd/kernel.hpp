@@ -1,5 +1,5 @@
 // The forward kernel: one CTA per SM (persistent), warpgroup 0 produces, warpgroups 1..
-// consume. See docs/design/fwd.md for the schedule and the meaning of each barrier.
+// consume. FP16/BF16 and FP8 share it; the FP8 producer also transposes V (traits_fp8.hpp). See docs/design/fwd.md for the schedule and the meaning of each barrier.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -10,6 +10,7 @@
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
 #include "kernels/fwd/producer.hpp"
+#include "kernels/fwd/producer_fp8.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
 
 namespace hopattn::kernels::fwd {
@@ -23,8 +24,9 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   const int warpgroup = warp / 4;
 
   if (warp == 0 && cute::elect_one_sync()) {
-    init_barriers<typename T::SharedStorage, T::kStages>(smem, T::kNumConsumerThreads);
-    smem.tiles.init(T::kNumConsumerThreads);
+    init_barriers<T>(smem);
+    // The FP8 producer's 128 threads read the tile ring too (they all transpose V).
+    smem.tiles.init(T::kNumConsumerThreads + T::kNumTransposeThreads);
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
@@ -36,7 +38,15 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
                             p.heads_per_l2_section, p.longest_first, p.tile_counter};
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
-    if (warp == 0 && cute::elect_one_sync()) producer_loop<T>(p, smem, sched);
+    if constexpr (T::kFp8) {
+      if (warp == 0) {
+        if (cute::elect_one_sync()) fp8_loader_loop<T>(p, smem, sched);
+      } else {
+        fp8_transpose_loop<T>(p, smem, sched, int(threadIdx.x) - 32);
+      }
+    } else {
+      if (warp == 0 && cute::elect_one_sync()) producer_loop<T>(p, smem, sched);
+    }
   } else {
     cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int tid = int(threadIdx.x) - 128;

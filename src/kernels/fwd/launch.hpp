@@ -73,6 +73,22 @@ void set_score_scale(P& p, const ProblemArgs& a) {
 }
 
 template <class T>
+void set_fp8_fields(FwdKernelParams<T>& p, const FwdArgs& a) {
+  p.q_descale = a.q_descale;
+  p.k_descale = a.k_descale;
+  p.v_descale = a.v_descale;
+  p.q_block_descale = a.q_block_descale;
+  p.k_block_descale = a.k_block_descale;
+  p.v_block_descale = a.v_block_descale;
+  p.q_block_rows = std::max(a.q_block_rows, 1);
+  p.q_num_blocks = a.q_num_blocks;
+  p.kv_num_blocks = a.kv_num_blocks;
+  // The API checked that a K/V scale block is a whole number of key tiles (FwdKernel::block_n).
+  p.kv_key_tiles_per_block = std::max(a.kv_block_rows / T::kBlockN, 1);
+  p.out_fp16 = a.out_fp16;
+}
+
+template <class T>
 FwdKernelParams<T> make_params(const FwdArgs& a) {
   using namespace cute;
   using Element = typename T::Element;
@@ -93,7 +109,7 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
       make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename T::SmemLayoutK{}), typename T::TileKV{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename T::SmemLayoutV{}), typename T::TileKV{}, _1{}),
       mQ.shape(), mK.shape()};
-  p.out = static_cast<Element*>(a.out);
+  p.out = a.out;
   p.out_row_stride = a.out_stride.row;
   p.out_head_stride = a.out_stride.head;
   p.out_batch_stride = a.out_stride.batch;
@@ -105,6 +121,7 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   p.window_left = a.window_left;
   p.window_right = a.window_right;
   p.pingpong = !a.disable_pingpong;
+  if constexpr (T::kFp8) set_fp8_fields<T>(p, a);
 
   // Sizes in 64-bit: the API bounds each length by int32, not their products.
   const int64_t num_m_blocks = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM;

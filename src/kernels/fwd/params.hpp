@@ -13,7 +13,7 @@ struct FwdKernelParams {
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batch) as TMA sees them
 
-  Element* out{};
+  void* out{};  // Element for 16-bit inputs; bf16 or fp16 (out_fp16) for FP8 inputs
   int64_t out_row_stride{}, out_head_stride{}, out_batch_stride{};
   float* lse{};  // may be null
   int64_t lse_head_stride{}, lse_batch_stride{};
@@ -28,6 +28,19 @@ struct FwdKernelParams {
   float softcap_prescale{};  // softmax_scale / softcap, used only when use_softcap
   bool use_softcap{};
   int window_left{}, window_right{};  // -1 = unbounded; causal is window_right = 0
+
+  // FP8 only (fp8_scales.hpp): per-(batch, kv head) descales, (batch, nheads_k) float32, and
+  // block descales: q (batch, nheads, q_num_blocks), k and v (batch, nheads_k, kv_num_blocks),
+  // contiguous; each may be null (= 1).
+  const float* q_descale{};
+  const float* k_descale{};
+  const float* v_descale{};
+  const float* q_block_descale{};
+  const float* k_block_descale{};
+  const float* v_block_descale{};
+  int q_block_rows = 1, q_num_blocks = 0, kv_num_blocks = 0;
+  int kv_key_tiles_per_block = 1;  // kv block rows / the kernel's key tile
+  bool out_fp16{};
 
   bool pingpong{};
   // Tile scheduler (see tile_scheduler.hpp).

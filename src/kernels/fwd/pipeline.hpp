@@ -30,17 +30,26 @@ __device__ __forceinline__ void expect_bytes(uint64_t& bar, uint32_t bytes) {
   FullBarrier::arrive_and_expect_tx(&bar, bytes);
 }
 
-template <class Storage, int kStages>
-__device__ __forceinline__ void init_barriers(Storage& smem, int num_consumer_threads) {
-  for (int s = 0; s < int(sizeof(smem.q_full) / sizeof(smem.q_full[0])); ++s) {
+// Every ring barrier of a forward kernel's shared storage. The FP8 kernel has two V rings: the
+// staging ring (TMA -> the 96 transposing producer threads) and the V^T ring (those threads ->
+// the consumers); see traits_fp8.hpp.
+template <class T>
+__device__ __forceinline__ void init_barriers(typename T::SharedStorage& smem) {
+  for (int s = 0; s < T::kQStages; ++s) {
     FullBarrier::init(&smem.q_full[s], 1);
-    EmptyBarrier::init(&smem.q_empty[s], num_consumer_threads);
+    EmptyBarrier::init(&smem.q_empty[s], T::kNumConsumerThreads);
   }
-  for (int s = 0; s < kStages; ++s) {
+  for (int s = 0; s < T::kStages; ++s) {
     FullBarrier::init(&smem.k_full[s], 1);
-    FullBarrier::init(&smem.v_full[s], 1);
-    EmptyBarrier::init(&smem.k_empty[s], num_consumer_threads);
-    EmptyBarrier::init(&smem.v_empty[s], num_consumer_threads);
+    EmptyBarrier::init(&smem.k_empty[s], T::kNumConsumerThreads);
+    EmptyBarrier::init(&smem.v_empty[s], T::kNumConsumerThreads);
+    if constexpr (T::kFp8) {
+      FullBarrier::init(&smem.v_stage_full[s], 1);
+      EmptyBarrier::init(&smem.v_stage_empty[s], T::kNumTransposeThreads);
+      FullBarrier::init(&smem.v_full[s], T::kNumTransposeThreads);
+    } else {
+      FullBarrier::init(&smem.v_full[s], 1);
+    }
   }
 }
 

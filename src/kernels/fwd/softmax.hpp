@@ -30,14 +30,24 @@ __device__ __forceinline__ float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffff, v, 2);
 }
 
+// How a thread's raw score accumulators become softmax inputs, per row it owns: 16-bit inputs
+// use the same two constants for every row and block; FP8 folds its per-row (q) and per-block
+// (k) descales in here, so that scaling costs nothing per element.
+template <int kRows>
+struct RowScales {
+  float softcap_mult[kRows];  // score -> tanh argument (softcap only)
+  float log2_mult[kRows];     // (capped) score -> exp2 argument, i.e. scale * log2(e)
+};
+
+// Row maxima are kept in the exp2 domain (score * log2_mult), so that blocks with different
+// multipliers compare correctly.
 template <int kRows>
 struct OnlineSoftmax {
   static constexpr int kRowsPerThread = kRows;
-  float row_max[kRows];
+  float row_max[kRows];  // exp2 domain
   float row_sum[kRows];
-  float scale_log2;
 
-  __device__ __forceinline__ explicit OnlineSoftmax(float scale_log2_) : scale_log2(scale_log2_) {
+  __device__ __forceinline__ OnlineSoftmax() {
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       row_max[i] = -INFINITY;
@@ -47,26 +57,26 @@ struct OnlineSoftmax {
 
   // Scores -> unnormalised probabilities in place. Returns through o_scale the factor by which
   // the running output rows must be multiplied (exp2 of the max decrease; 0 where no key was
-  // seen yet, which also turns any garbage into 0).
+  // seen yet, which also turns any garbage into 0). mult > 0, so max(s) * mult = max(s * mult).
   template <bool kFirst, class TensorS>
-  __device__ __forceinline__ void step(TensorS& s_rc, float (&o_scale)[kRows]) {
+  __device__ __forceinline__ void step(TensorS& s_rc, const float (&mult)[kRows], float (&o_scale)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(s_rc))::value == kRows);
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
-      float m = row_max[i];
+      float m_raw = -INFINITY;
       CUTE_UNROLL
-      for (int j = 0; j < size<1>(s_rc); ++j) m = fmaxf(m, s_rc(i, j));
-      m = quad_max(m);
+      for (int j = 0; j < size<1>(s_rc); ++j) m_raw = fmaxf(m_raw, s_rc(i, j));
+      const float m = fmaxf(row_max[i], quad_max(m_raw) * mult[i]);
       // A row with no visible key so far keeps max -inf; use 0 as its offset so exp2 gives 0
       // instead of NaN.
-      const float offset = (m == -INFINITY ? 0.f : m) * scale_log2;
-      o_scale[i] = kFirst ? 1.f : fast_exp2(row_max[i] * scale_log2 - offset);
+      const float offset = m == -INFINITY ? 0.f : m;
+      o_scale[i] = kFirst ? 1.f : fast_exp2(row_max[i] - offset);
       row_max[i] = m;
       float sum = 0.f;
       CUTE_UNROLL
       for (int j = 0; j < size<1>(s_rc); ++j) {
-        const float p = fast_exp2(s_rc(i, j) * scale_log2 - offset);
+        const float p = fast_exp2(s_rc(i, j) * mult[i] - offset);
         s_rc(i, j) = p;
         sum += p;
       }
@@ -75,7 +85,7 @@ struct OnlineSoftmax {
   }
 
   // Final normalisation: out_scale = 1 / rowsum (0 for rows that saw no key) and the
-  // natural-log LSE (-inf for those rows). ln_scale converts the scaled max back to nats.
+  // natural-log LSE (-inf for those rows).
   __device__ __forceinline__ void finalize(float (&out_scale)[kRows], float (&lse)[kRows]) {
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
@@ -83,7 +93,7 @@ struct OnlineSoftmax {
       const bool empty = sum == 0.f || sum != sum;
       out_scale[i] = empty ? 0.f : 1.f / sum;
       constexpr float kLn2 = 0.69314718055994530942f;
-      lse[i] = empty ? -INFINITY : (row_max[i] * scale_log2 + __log2f(sum)) * kLn2;
+      lse[i] = empty ? -INFINITY : (row_max[i] + __log2f(sum)) * kLn2;
     }
   }
 };

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "kernels/fwd/traits.hpp"
+#include "kernels/fwd/traits_fp8.hpp"
 
 namespace hopattn::kernels::fwd {
 
@@ -70,6 +71,12 @@ HOPATTN_TILE_ROW(256, HOPATTN_TILE_DEFAULT_HD256)
 #endif
 #undef HOPATTN_TILE_OVERRIDE
 #undef HOPATTN_TILE_ROW
+
+// FP8 (e4m3): one row for every head dim while the kernel is young: M = 128 (two consumer
+// warpgroups), N = 128 keys (one 128-byte V^T row, v_transpose.hpp), 2 stages of K, staged V
+// and V^T: smem = Q + 3 * stages * N * d bytes (d = 256: 32 + 192 KB, one Q buffer).
+template <int kHeadDim>
+using DefaultFwdFp8Traits = FwdFp8Traits<kHeadDim, 128, 128, 2, true>;
 
 // kIntraWgOverlap = false is the ablation variant; true takes the table's choice.
 template <class Element, int kHeadDim, bool kIntraWgOverlap = true>

@@ -37,6 +37,7 @@ template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages
           bool kIntraWgOverlap_ = true>
 struct FwdTraits {
   using Element = Element_;
+  static constexpr bool kFp8 = false;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;  // query rows per CTA tile (64 per consumer warpgroup)
   static constexpr int kBlockN = kBlockN_;  // keys per K/V block
@@ -46,12 +47,18 @@ struct FwdTraits {
   // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
   static constexpr int kNumConsumerWgs = kBlockM / 64;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
-  static constexpr int kNumThreads = kNumConsumerThreads + 128;
+  static constexpr int kNumProducerThreads = 128;  // one elected thread works
+  static constexpr int kNumTransposeThreads = 0;   // FP8 only (traits_fp8.hpp)
+  static constexpr int kNumThreads = kNumConsumerThreads + kNumProducerThreads;
   // setmaxnreg budgets: 64K registers / SM, one CTA per SM. 2 consumers: 24 + 2 * 240 = 504;
   // 3 consumers: 32 + 3 * 160 = 512 (per-thread counts, times 128 threads per warpgroup).
   static constexpr int kProducerRegs = kNumConsumerWgs == 2 ? 24 : 32;
   static constexpr int kConsumerRegs = kNumConsumerWgs == 2 ? 240 : 160;
   static_assert(kNumConsumerWgs == 2 || kNumConsumerWgs == 3, "2 or 3 consumer warpgroups");
+  // setmaxnreg moves registers within the pool the launch allocated (65536 / threads, rounded
+  // down to 8, per thread): a larger sum would make the consumers' increase wait forever.
+  static_assert(kProducerRegs + kNumConsumerWgs * kConsumerRegs <= 65536 / kNumThreads / 8 * 8 * (kNumThreads / 128),
+                "setmaxnreg budgets exceed the launch's register pool");
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;

@@ -1,0 +1,123 @@
+// The FP8 producer warpgroup, in two roles:
+//  * warp 0, one elected thread (the loader): claims and publishes tiles and issues the TMA
+//    loads, as in the 16-bit kernel, except that V_n goes into a staging ring and that tile n's
+//    K and V descales are written next to its K stage (fp8_scales.hpp);
+//  * warps 1..3 (96 threads, the transposers): read the tiles from the tile ring like the
+//    consumers and rewrite each staged V_n as V^T into the ring the consumers read
+//    (v_transpose.hpp).
+// Two separate loops rather than one loop where some thread does both: registers are allocated
+// for the largest live set of any point of the kernel, and the TMA views plus the transpose's
+// 16 loaded words did not fit the producer's budget together.
+//
+// Per key block n (last to first):
+//   loader:      load K_n (+ descales), load V_n into staging          (runs ahead, ring depth)
+//   transposers: wait staged V_n, wait V^T slot free, transpose, fence to the async proxy,
+//                arrive v_full (consumers may read), arrive v_stage_empty (TMA may refill)
+// No cycle: the loader waits only for the consumers (K) and the transposers (staging slots of
+// earlier blocks); the transposers for the loader (V_n) and the consumers' P V of block n+2.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+
+#include "kernels/fwd/fp8_scales.hpp"
+#include "kernels/fwd/mask.hpp"
+#include "kernels/fwd/params.hpp"
+#include "kernels/fwd/pipeline.hpp"
+#include "kernels/fwd/tile_scheduler.hpp"
+#include "kernels/fwd/v_transpose.hpp"
+
+namespace hopattn::kernels::fwd {
+
+template <class T>
+__device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                const TileScheduler& sched) {
+  using namespace cute;
+  Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
+  Tensor mK = p.tma_k.get_tma_tensor(p.shape_k);
+  Tensor mV = p.tma_v.get_tma_tensor(p.shape_k);
+  Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename T::SmemLayoutQ{});
+  Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename T::SmemLayoutK{});
+  Tensor sV = make_tensor(make_smem_ptr(smem.v_stage.data()), typename T::SmemLayoutVStage{});
+  const bool varlen = p.cu_seqlens_q != nullptr;
+
+  PipeState<T::kStages> k_pipe, v_pipe;
+  PipeState<T::kQStages> q_pipe;
+  TileRingState ring;
+  int tile = sched.first_tile();
+  publish_tile(smem.tiles, ring, tile);
+  for (; tile < sched.num_tiles;) {
+    const int next = sched.claim_next();
+    publish_tile(smem.tiles, ring, next);
+    const TileCoord c = sched.decode(tile);
+    tile = next;
+    const SeqInfo si = seq_info(p, c.batch);
+    if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
+    const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
+    int n_begin, n_end;
+    mask.block_range(c.m_block, n_begin, n_end);
+    if (n_end <= n_begin) continue;
+
+    const int b = varlen ? 0 : c.batch;
+    const int kv_head = c.head / p.head_group;
+    Tensor gQ = local_tile(domain_offset(make_coord(si.q_offset, _0{}), mQ(_, _, c.head, b)),
+                           typename T::TileQ{}, make_coord(c.m_block, _0{}));
+    Tensor gK = local_tile(domain_offset(make_coord(si.k_offset, _0{}), mK(_, _, kv_head, b)),
+                           typename T::TileKV{}, make_coord(_, _0{}));
+    Tensor gV = local_tile(domain_offset(make_coord(si.k_offset, _0{}), mV(_, _, kv_head, b)),
+                           typename T::TileKV{}, make_coord(_, _0{}));
+    auto [tQg, tQs] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    const Fp8KeyScales scales = Fp8KeyScales::load(p, c);
+
+    wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);
+    expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
+    copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));
+    q_pipe.advance();
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      // The descales are read before the wait so that their latency overlaps it.
+      const float k_scale = scales.k(n), v_scale = scales.v(n);
+      wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
+      smem.k_descale[k_pipe.stage] = k_scale;  // published by the arrive below
+      smem.v_descale[k_pipe.stage] = v_scale;
+      expect_bytes(smem.k_full[k_pipe.stage], T::kBytesKV);
+      copy(p.tma_k.with(smem.k_full[k_pipe.stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, k_pipe.stage));
+      k_pipe.advance();
+      wait_empty(smem.v_stage_empty[v_pipe.stage], v_pipe.phase);
+      expect_bytes(smem.v_stage_full[v_pipe.stage], T::kBytesKV);
+      copy(p.tma_v.with(smem.v_stage_full[v_pipe.stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, v_pipe.stage));
+      v_pipe.advance();
+    }
+  }
+}
+
+// tid: 0 .. T::kNumTransposeThreads - 1.
+template <class T>
+__device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                   const TileScheduler& sched, int tid) {
+  const uint32_t v_stage_base = cute::cast_smem_ptr_to_uint(smem.v_stage.data());
+  const uint32_t vt_base = cute::cast_smem_ptr_to_uint(smem.v.data());
+  PipeState<T::kStages> stage_pipe, vt_pipe;
+  TileRingState ring;
+  for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {
+    const TileCoord c = sched.decode(tile);
+    const SeqInfo si = seq_info(p, c.batch);
+    if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
+    const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
+    int n_begin, n_end;
+    mask.block_range(c.m_block, n_begin, n_end);
+    for (int n = n_end - 1; n >= n_begin; --n) {
+      wait_full(smem.v_stage_full[stage_pipe.stage], stage_pipe.phase);
+      wait_empty(smem.v_empty[vt_pipe.stage], vt_pipe.phase);
+      VTranspose<T>::run(v_stage_base, vt_base, stage_pipe.stage, vt_pipe.stage, tid);
+      cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
+      release(smem.v_full[vt_pipe.stage]);
+      release(smem.v_stage_empty[stage_pipe.stage]);
+      vt_pipe.advance();
+      stage_pipe.advance();
+    }
+  }
+}
+
+}  // namespace hopattn::kernels::fwd

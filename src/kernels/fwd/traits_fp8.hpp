@@ -1,0 +1,105 @@
+// Compile-time shape of the FP8 (e4m3) forward kernel. It differs from the 16-bit kernel in
+// three places, all forced by FP8 WGMMA accepting only K-major shared-memory operands:
+//  * V arrives by TMA into a staging ring (keys x d, d contiguous) and the producer warpgroup
+//    transposes it into the V^T ring (d x keys, keys contiguous) that P V reads
+//    (v_transpose.hpp). The consumers see the V^T ring under the names `v`, `v_full`, `v_empty`,
+//    so the mainloop is the same code as for 16-bit inputs.
+//  * The whole producer warpgroup works (one thread of warp 0 issues TMA, warps 1..3 transpose),
+//    so it keeps more registers than the 16-bit producer.
+//  * P is converted to e4m3 and its keys are permuted within each 32-key slice (see
+//    fp8_key_permutation in v_transpose.hpp); V^T is written with the same permutation.
+// Scores are accumulated from the codes and scaled per row (q descale) and per key block (k
+// descale) inside the softmax's one FFMA per element; V's descale rescales O (consumer.hpp).
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cutlass/numeric_types.h>
+
+#include "kernels/fwd/tile_scheduler.hpp"
+#include "kernels/fwd/traits.hpp"
+
+namespace hopattn::kernels::fwd {
+
+using namespace cute;
+
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kIntraWgOverlap_ = true>
+struct FwdFp8Traits {
+  using Element = cutlass::float_e4m3_t;
+  static constexpr bool kFp8 = true;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kStages = kStages_;  // depth of the K, V-staging and V^T rings
+  static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
+  static_assert(kBlockN % 32 == 0, "FP8 P V consumes keys in k32 slices");
+  static_assert(kBlockN == 128, "the V^T rows are one 128-byte swizzle row (v_transpose.hpp)");
+  static_assert(kHeadDim % 16 == 0, "the transpose works on 16-column ranges of d");
+
+  static constexpr int kNumConsumerWgs = kBlockM / 64;
+  static_assert(kNumConsumerWgs == 2, "two consumer warpgroups (pingpong pair)");
+  static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
+  static constexpr int kNumProducerThreads = 128;  // warp 0 loads, warps 1..3 transpose V
+  static constexpr int kNumTransposeThreads = 96;
+  static constexpr int kNumThreads = kNumConsumerThreads + kNumProducerThreads;
+  // 56 + 2 * 224 = 504 = 3 * 168, the registers per thread the launch itself allocates
+  // (65536 / 384, rounded down to 8): setmaxnreg only moves registers within that pool, so a
+  // larger sum makes the consumers' increase wait forever (it did: a first 64 + 2 * 224 hung).
+  // 56 fits either producer role (the loader's TMA views, the transpose's 16 loaded words) with
+  // no spill; d = 256 (O alone is 128 registers) gives the consumers 8 more: 40 + 2 * 232.
+  static constexpr int kProducerRegs = kHeadDim >= 256 ? 40 : 56;
+  static constexpr int kConsumerRegs = kHeadDim >= 256 ? 232 : 224;
+  static_assert(kProducerRegs + kNumConsumerWgs * kConsumerRegs <= 65536 / kNumThreads / 8 * 8 * (kNumThreads / 128),
+                "setmaxnreg budgets exceed the launch's register pool");
+
+  using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+  using ConsumerAtoms = Layout<Shape<Int<kNumConsumerWgs>, _1, _1>>;
+
+  using MmaQK = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
+      ConsumerAtoms{}));
+  // O += P V^T: both operands K-major (keys contiguous), which is why V is transposed.
+  using MmaPV = decltype(make_tiled_mma(
+      GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>>(),
+      ConsumerAtoms{}));
+
+  static constexpr int kSmemQBytes = kBlockM * kHeadDim;
+  static constexpr int kSmemKVBytes = 3 * kStages * kBlockN * kHeadDim;  // K, V staging, V^T
+  static constexpr int kQStages = 2 * kSmemQBytes + kSmemKVBytes + 1024 <= 227 * 1024 ? 2 : 1;
+
+  using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
+  using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQStages>>{}));
+  using SmemLayoutK = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutVStage = SmemLayoutK;  // V as TMA writes it: (keys, d)
+  using SmemLayoutV = SmemLayoutVStage;  // the name the launcher builds the V tensor map with
+  using SmemLayoutVt = decltype(tile_to_shape(k_major_smem_atom<Element, kBlockN>(),
+                                              Shape<Int<kHeadDim>, Int<kBlockN>, Int<kStages>>{}));
+
+  using GmemShape = typename GmemView<Element>::Shape_;
+  using GmemTensor = typename GmemView<Element>::Tensor_;
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}), TileQ{}, _1{}));
+  using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}), TileKV{}, _1{}));
+
+  static constexpr uint32_t kBytesQ = kBlockM * kHeadDim;
+  static constexpr uint32_t kBytesKV = kBlockN * kHeadDim;
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVStage>> v_stage;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> v;  // V^T
+    alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
+    uint64_t k_full[kStages], k_empty[kStages];
+    uint64_t v_stage_full[kStages], v_stage_empty[kStages];  // TMA -> transposing warps
+    uint64_t v_full[kStages], v_empty[kStages];              // transposing warps -> consumers
+    float k_descale[kStages], v_descale[kStages];  // of the key tile in K stage s (fp8_scales.hpp)
+    TileRing tiles;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
+};
+
+}  // namespace hopattn::kernels::fwd

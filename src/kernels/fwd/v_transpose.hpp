@@ -1,0 +1,103 @@
+// In-kernel V transpose of the FP8 forward (paper section 3.3): FP8 WGMMA reads its B operand
+// K-major only, so V (keys x d, d contiguous, as TMA loads it) is rewritten as V^T (d x keys,
+// keys contiguous) by warps 1..3 of the producer warpgroup, while the consumers' WGMMAs run.
+//
+// Key permutation. The fp32 accumulator of S gives a thread, per row and per 32-key slice, the
+// keys {2t, 2t+1, 8+2t, 9+2t} and {16+2t, 17+2t, 24+2t, 25+2t} (t = lane % 4), while the e4m3 A
+// operand of the k32 WGMMA expects the thread to hold positions {4t..4t+3} and {16+4t..19+4t}.
+// Instead of shuffling P between threads, P is packed in the accumulator's order and V^T's
+// column at position p holds key fp8_key_of_position(p): the sum over keys in P V is the same.
+//
+// Work split: lane (t, h, c) = (lane % 4, lane / 4 % 2, lane / 8) owns, in 32-key slice c, the
+// four keys 16h + {2t, 2t+1, 2t+8, 2t+9} -> positions 16h + 4t + {0..3}; transposing warp w of
+// W owns the 16-column ranges w, w + W, ... of d. Per range: four 16-byte loads (one per key), a 4x4 byte
+// transpose per 4 columns (PRMT), sixteen 4-byte stores (one per column d). The 32 lanes of a
+// store instruction write 32 different words of one 128-byte V^T row (no bank conflicts); the
+// loads of lanes with h = 1 take the odd key first so that the 8 (t, h) pairs hit 8 different
+// swizzled 16-byte chunks.
+#pragma once
+
+#include <cstdint>
+
+#include <cute/tensor.hpp>
+
+namespace hopattn::kernels::fwd {
+
+// The key (0..31, within a 32-key slice) whose column V^T stores at position p.
+__host__ __device__ constexpr int fp8_key_of_position(int p) {
+  const int h = p / 16, t = (p % 16) / 4, i = p % 4;
+  return 16 * h + 8 * (i / 2) + 2 * t + (i % 2);
+}
+
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(addr));
+  return v;
+}
+
+__device__ __forceinline__ void sts32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(v));
+}
+
+__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t sel) {
+  return __byte_perm(a, b, sel);
+}
+
+// Byte offset of an element of a swizzled e4m3 shared-memory layout (CuTe GMMA atoms swizzle the
+// byte address; buffers are 1024-byte aligned, so swizzling the offset is the same).
+template <class Layout, class... Coords>
+__device__ __forceinline__ uint32_t fp8_smem_offset(Coords... coords) {
+  using namespace cute;
+  constexpr auto swizzle = get_swizzle_portion(Layout{});
+  constexpr auto linear = get_nonswizzle_portion(Layout{});
+  return uint32_t(swizzle(linear(coords...)));
+}
+
+template <class T>
+struct VTranspose {
+  static constexpr int kWarps = T::kNumTransposeThreads / 32;
+  static constexpr int kRanges = T::kHeadDim / 16;  // 16-column ranges of d
+
+  // Transposes V stage `src_stage` of the staging ring into stage `dst_stage` of the V^T ring.
+  // ptid: 0 .. kNumTransposeThreads-1; warp w takes the ranges w, w + kWarps, ...
+  __device__ __forceinline__ static void run(uint32_t v_stage_base, uint32_t vt_base, int src_stage,
+                                             int dst_stage, int ptid) {
+    const int lane = ptid % 32, warp = ptid / 32;
+    const int t = lane % 4, h = (lane / 4) % 2, c = lane / 8;
+    const int key0 = 32 * c + 16 * h + 2 * t;  // the slice's keys: key0 + {0, 1, 8, 9}
+    const int pos = 32 * c + 16 * h + 4 * t;
+    // With h = 1 the loads take key0 + 1 first; the selectors put the bytes back in key order.
+    const uint32_t sel_lo = h ? 0x1504u : 0x5140u;
+    const uint32_t sel_hi = h ? 0x3726u : 0x7362u;
+    // Not unrolled: unrolled, the compiler hoists every store address of every range out of the
+    // block loop and the 56-register producer spills.
+#pragma unroll 1
+    for (int range = warp; range < kRanges; range += kWarps) {
+      const int d0 = 16 * range;
+      uint4 rows[4];
+      CUTE_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const int key = key0 + 8 * (k / 2) + ((k % 2) ^ h);
+        rows[k] = lds128(v_stage_base + fp8_smem_offset<typename T::SmemLayoutVStage>(key, d0, src_stage));
+      }
+      const uint32_t* a = reinterpret_cast<const uint32_t*>(&rows[0]);
+      const uint32_t* b = reinterpret_cast<const uint32_t*>(&rows[1]);
+      const uint32_t* cc = reinterpret_cast<const uint32_t*>(&rows[2]);
+      const uint32_t* d = reinterpret_cast<const uint32_t*>(&rows[3]);
+      CUTE_UNROLL
+      for (int w = 0; w < 4; ++w) {
+        const uint32_t x = byte_perm(a[w], b[w], sel_lo), y = byte_perm(a[w], b[w], sel_hi);
+        const uint32_t u = byte_perm(cc[w], d[w], sel_lo), v = byte_perm(cc[w], d[w], sel_hi);
+        const uint32_t cols[4] = {byte_perm(x, u, 0x5410u), byte_perm(x, u, 0x7632u),
+                                  byte_perm(y, v, 0x5410u), byte_perm(y, v, 0x7632u)};
+        CUTE_UNROLL
+        for (int e = 0; e < 4; ++e)
+          sts32(vt_base + fp8_smem_offset<typename T::SmemLayoutVt>(d0 + 4 * w + e, pos, dst_stage), cols[e]);
+      }
+    }
+  }
+};
+
+}  // namespace hopattn::kernels::fwd

@@ -45,20 +45,54 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
   return __byte_perm(a, b, sel);
 }
 
-// Byte offset of an element of a swizzled e4m3 shared-memory layout (CuTe GMMA atoms swizzle the
-// byte address; buffers are 1024-byte aligned, so swizzling the offset is the same).
-template <class Layout, class... Coords>
-__device__ __forceinline__ uint32_t fp8_smem_offset(Coords... coords) {
+// Byte offset of an element of a swizzled e4m3 shared-memory layout, as CuTe computes it (CuTe's
+// GMMA atoms swizzle the byte address; buffers are 1024-byte aligned, so swizzling the offset is
+// the same). Used only to check the closed form below at compile time.
+template <class Layout>
+constexpr uint32_t cute_fp8_offset(int row, int col, int stage) {
   using namespace cute;
-  constexpr auto swizzle = get_swizzle_portion(Layout{});
-  constexpr auto linear = get_nonswizzle_portion(Layout{});
-  return uint32_t(swizzle(linear(coords...)));
+  return uint32_t(get_swizzle_portion(Layout{})(get_nonswizzle_portion(Layout{})(row, col, stage)));
+}
+
+// The same offset in closed form, for a K-major GMMA layout of kRows rows whose swizzle atom is
+// kWidth bytes wide (32, 64 or 128: 8 rows x kWidth bytes, 16-byte chunks XORed with row bits)
+// tiled rows-first: the 16-byte chunk index of (row, col) within its atom is XORed with
+// (row * kWidth / 128) mod (kWidth / 16). Cheap enough for the transpose's inner loop, where
+// CuTe's generic evaluation cost several integer operations per access.
+template <int kRows, int kWidth, int kStageBytes>
+struct SwizzledRows {
+  __host__ __device__ static constexpr uint32_t row_base(int row) { return uint32_t(row * kWidth); }
+  __host__ __device__ static constexpr uint32_t row_xor(int row) {
+    return uint32_t(((row * kWidth) >> 7) & (kWidth / 16 - 1)) << 4;
+  }
+  __host__ __device__ static constexpr uint32_t col_part(int col, uint32_t xor_bits) {
+    return ((uint32_t(col) % kWidth) ^ xor_bits) + uint32_t(col / kWidth) * uint32_t(kRows * kWidth);
+  }
+  __host__ __device__ static constexpr uint32_t offset(int row, int col, int stage) {
+    return row_base(row) + col_part(col, row_xor(row)) + uint32_t(stage * kStageBytes);
+  }
+};
+
+template <class Layout, class Closed, int kRowsTotal, int kCols>
+constexpr bool closed_form_matches() {
+  for (int row = 0; row < kRowsTotal; row += 3)  // a sample: constexpr evaluation has a step limit
+    for (int col = 0; col < kCols; col += 16)
+      for (int stage = 0; stage < 2; ++stage)
+        if (cute_fp8_offset<Layout>(row, col, stage) != Closed::offset(row, col, stage)) return false;
+  return true;
 }
 
 template <class T>
 struct VTranspose {
   static constexpr int kWarps = T::kNumTransposeThreads / 32;
   static constexpr int kRanges = T::kHeadDim / 16;  // 16-column ranges of d
+  static constexpr int kVWidth = T::kHeadDim >= 128 ? 128 : T::kHeadDim;  // staging swizzle atom
+  using Src = SwizzledRows<T::kBlockN, kVWidth, T::kBlockN * T::kHeadDim>;       // (keys, d)
+  using Dst = SwizzledRows<T::kHeadDim, T::kBlockN, T::kBlockN * T::kHeadDim>;   // (d, keys)
+  static_assert(closed_form_matches<typename T::SmemLayoutVStage, Src, T::kBlockN, T::kHeadDim>(),
+                "staging V offsets differ from CuTe's layout");
+  static_assert(closed_form_matches<typename T::SmemLayoutVt, Dst, T::kHeadDim, T::kBlockN>(),
+                "V^T offsets differ from CuTe's layout");
 
   // Transposes V stage `src_stage` of the staging ring into stage `dst_stage` of the V^T ring.
   // ptid: 0 .. kNumTransposeThreads-1; warp w takes the ranges w, w + kWarps, ...
@@ -71,21 +105,31 @@ struct VTranspose {
     // With h = 1 the loads take key0 + 1 first; the selectors put the bytes back in key order.
     const uint32_t sel_lo = h ? 0x1504u : 0x5140u;
     const uint32_t sel_hi = h ? 0x3726u : 0x7362u;
-    // Not unrolled: unrolled, the compiler hoists every store address of every range out of the
-    // block loop and the 56-register producer spills.
+    uint32_t src_row[4], src_xor[4];
+    CUTE_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      const int key = key0 + 8 * (k / 2) + ((k % 2) ^ h);
+      src_row[k] = v_stage_base + uint32_t(src_stage * T::kBlockN * T::kHeadDim) + Src::row_base(key);
+      src_xor[k] = Src::row_xor(key);
+    }
+    // V^T row d0 + j (d0 a multiple of 16) puts position `pos` at pos ^ ((j % 8) << 4).
+    uint32_t dst_col[8];
+    CUTE_UNROLL
+    for (int j = 0; j < 8; ++j) dst_col[j] = uint32_t(pos) ^ (uint32_t(j) << 4);
+    const uint32_t dst_stage_base = vt_base + uint32_t(dst_stage * T::kBlockN * T::kHeadDim);
+    // Not unrolled: unrolled, the compiler hoists every address of every range out of the block
+    // loop and the producer spills.
 #pragma unroll 1
     for (int range = warp; range < kRanges; range += kWarps) {
       const int d0 = 16 * range;
       uint4 rows[4];
       CUTE_UNROLL
-      for (int k = 0; k < 4; ++k) {
-        const int key = key0 + 8 * (k / 2) + ((k % 2) ^ h);
-        rows[k] = lds128(v_stage_base + fp8_smem_offset<typename T::SmemLayoutVStage>(key, d0, src_stage));
-      }
+      for (int k = 0; k < 4; ++k) rows[k] = lds128(src_row[k] + Src::col_part(d0, src_xor[k]));
       const uint32_t* a = reinterpret_cast<const uint32_t*>(&rows[0]);
       const uint32_t* b = reinterpret_cast<const uint32_t*>(&rows[1]);
       const uint32_t* cc = reinterpret_cast<const uint32_t*>(&rows[2]);
       const uint32_t* d = reinterpret_cast<const uint32_t*>(&rows[3]);
+      const uint32_t dst_rows = dst_stage_base + Dst::row_base(d0);
       CUTE_UNROLL
       for (int w = 0; w < 4; ++w) {
         const uint32_t x = byte_perm(a[w], b[w], sel_lo), y = byte_perm(a[w], b[w], sel_hi);
@@ -93,8 +137,10 @@ struct VTranspose {
         const uint32_t cols[4] = {byte_perm(x, u, 0x5410u), byte_perm(x, u, 0x7632u),
                                   byte_perm(y, v, 0x5410u), byte_perm(y, v, 0x7632u)};
         CUTE_UNROLL
-        for (int e = 0; e < 4; ++e)
-          sts32(vt_base + fp8_smem_offset<typename T::SmemLayoutVt>(d0 + 4 * w + e, pos, dst_stage), cols[e]);
+        for (int e = 0; e < 4; ++e) {
+          const int j = 4 * w + e;  // row d0 + j of V^T
+          sts32(dst_rows + Dst::row_base(j) + dst_col[j % 8], cols[e]);
+        }
       }
     }
   }

@@ -3,6 +3,7 @@
 // strided device inputs.
 #pragma once
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -64,6 +65,26 @@ inline DeviceTensor make_input(const AttnCase& c, DType dt, int64_t lead0, int64
   const int64_t row = heads * dim + c.row_pad;
   if (c.varlen()) return DeviceTensor::make(dt, {lead0, heads, dim}, {row, dim, 1});
   return DeviceTensor::make(dt, {lead0, lead1, heads, dim}, {lead1 * row + c.row_pad * 8, row, dim, 1});
+}
+
+// For a varlen case: uploads cu_seqlens and sets the params' varlen fields (FwdParams or
+// BwdParams). The returned buffers must outlive the run.
+struct VarlenArrays {
+  DeviceBuffer cu_q, cu_k;
+};
+template <class Params>
+VarlenArrays set_varlen(Params& p, const ref::Problem& prob) {
+  VarlenArrays a;
+  a.cu_q = upload_ints(prob.cu_seqlens_q);
+  a.cu_k = upload_ints(prob.cu_seqlens_k);
+  p.cu_seqlens_q = static_cast<const int32_t*>(a.cu_q.get());
+  p.cu_seqlens_k = static_cast<const int32_t*>(a.cu_k.get());
+  p.batch_varlen = prob.batch;
+  for (int b = 0; b < prob.batch; ++b) {
+    p.max_seqlen_q = std::max(p.max_seqlen_q, prob.seqlen_q(b));
+    p.max_seqlen_k = std::max(p.max_seqlen_k, prob.seqlen_k(b));
+  }
+  return a;
 }
 
 inline std::vector<double> random_input(size_t n, uint64_t seed, DType dt) {

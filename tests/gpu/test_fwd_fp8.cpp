@@ -212,18 +212,8 @@ TEST_P(Fp8FwdTest, WithinE4m3RoundingBound) {
     p.block_descale.v = make_contiguous_view(vb.get(), DType::kFloat32, {c.batch, c.nheads_k, v.num_blocks});
     p.block_descale.kv_block_rows = fc.kv_block_rows;
   }
-  DeviceBuffer cu_q, cu_k;
-  if (c.varlen()) {
-    cu_q = upload_ints(prob.cu_seqlens_q);
-    cu_k = upload_ints(prob.cu_seqlens_k);
-    p.cu_seqlens_q = static_cast<const int32_t*>(cu_q.get());
-    p.cu_seqlens_k = static_cast<const int32_t*>(cu_k.get());
-    p.batch_varlen = prob.batch;
-    for (int b = 0; b < prob.batch; ++b) {
-      p.max_seqlen_q = std::max(p.max_seqlen_q, prob.seqlen_q(b));
-      p.max_seqlen_k = std::max(p.max_seqlen_k, prob.seqlen_k(b));
-    }
-  }
+  VarlenArrays varlen_arrays;
+  if (c.varlen()) varlen_arrays = set_varlen(p, prob);
 
   Plan plan;
   try {

@@ -31,8 +31,9 @@ from pathlib import Path
 
 import torch
 
+from peers import import_hopattn  # noqa: E402  (bench/ is this script's directory)
+
 BENCH_DIR = Path(__file__).resolve().parent
-REPO_DIR = BENCH_DIR.parent
 PAPER = {  # Table 3 of the paper (H100, their shapes): RMSE
     "standard attention, FP16": 3.2e-4,
     "hopattn FP16": 1.9e-4,  # FlashAttention-3 FP16
@@ -41,15 +42,6 @@ PAPER = {  # Table 3 of the paper (H100, their shapes): RMSE
     "hopattn FP8, incoherent": 9.3e-3,  # FA3 FP8 "no block quantization"
     "hopattn FP8, both": 9.1e-3,
 }
-
-
-def import_hopattn():
-    try:
-        import hopattn  # noqa: PLC0415
-    except ImportError:
-        sys.path.insert(0, str(REPO_DIR / "python"))
-        import hopattn  # noqa: PLC0415
-    return hopattn
 
 
 def outlier_inputs(shape, gen):
@@ -138,7 +130,10 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    hopattn = import_hopattn()
+    hopattn, why = import_hopattn()  # peers.py's lookup (installed package, else <repo>/python)
+    if hopattn is None:
+        print(f"fp8_accuracy.py: {why}", file=sys.stderr)
+        return 1
     gpu = torch.cuda.get_device_name()
     gen = torch.Generator(device="cuda").manual_seed(args.seed)
     shape = (args.batch, args.seqlen, args.nheads, args.hdim)

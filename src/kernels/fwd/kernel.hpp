@@ -1,5 +1,6 @@
 // The forward kernel: one CTA per SM (persistent), warpgroup 0 produces, warpgroups 1..
-// consume. FP16/BF16 and FP8 share it; the FP8 producer also transposes V (traits_fp8.hpp). See docs/design/fwd.md for the schedule and the meaning of each barrier.
+// consume. FP16/BF16 and FP8 share it; the FP8 producer also transposes V (traits_fp8.hpp).
+// See docs/design/fwd.md (and fwd-fp8.md) for the schedule and the meaning of each barrier.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -25,7 +26,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
 
   if (warp == 0 && cute::elect_one_sync()) {
     init_barriers<T>(smem);
-    // The FP8 producer's 128 threads read the tile ring too (they all transpose V).
+    // The FP8 transposers (producer warps 1..3) read the tile ring too.
     smem.tiles.init(T::kNumConsumerThreads + T::kNumTransposeThreads);
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());

@@ -18,6 +18,9 @@ struct FwdKernel {
   int head_dim;
   bool ablation_no_overlap;  // the Table 2 variant without intra-warpgroup overlap
   int block_n;               // keys per tile: FP8 K/V scale blocks must be a multiple
+  // 0: O is stored from registers. > 0: O leaves through shared memory and a TMA store, and the
+  // dispatcher prefers this kernel up to this many keys (seqlen_k); manifest.cmake says why.
+  int staged_max_keys;
   size_t (*workspace_bytes)(const FwdArgs&);
   void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
 };
@@ -31,8 +34,9 @@ struct BwdKernel {
 };
 
 // Returns the kernel for (dtype, head_dim), or its no-overlap ablation variant, or nullptr when
-// this build did not compile it.
-const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool ablation_no_overlap = false);
+// this build did not compile it. Where a staged-epilogue kernel exists and seqlen_k is within its
+// staged_max_keys, that one.
+const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool ablation_no_overlap, int seqlen_k);
 // Every compiled forward kernel, terminated by an entry whose name is nullptr.
 const FwdKernel* fwd_kernels();
 

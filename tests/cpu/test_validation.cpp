@@ -72,6 +72,25 @@ TEST_F(FwdFixture, ValidCallPassesValidation) {
   }
 }
 
+// d128 has a staged-epilogue kernel for up to 2048 keys and a register-store kernel beyond
+// (manifest.cmake); the dispatcher picks by seqlen_k.
+TEST_F(FwdFixture, EpilogueKernelFollowsKeyLength) {
+  auto plan_for_keys = [&](int64_t keys) {
+    p.k = arena.tensor(DType::kBFloat16, {2, keys, 2, 128});
+    p.v = arena.tensor(DType::kBFloat16, {2, keys, 2, 128});
+    return plan_fwd(p, fake_hopper()).kernel;
+  };
+  std::string short_keys, long_keys;
+  try {
+    short_keys = plan_for_keys(2048);
+    long_keys = plan_for_keys(2049);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "bf16 head dim 128 not in this build: " << e.what();
+  }
+  EXPECT_EQ(short_keys, "fwd_sm90_bf16_hd128_staged");
+  EXPECT_EQ(long_keys, "fwd_sm90_bf16_hd128");
+}
+
 TEST_F(FwdFixture, DtypeMismatch) {
   p.k.dtype = DType::kFloat16;
   expect_error(ErrorCode::kInvalidArgument, "k", "dtype");

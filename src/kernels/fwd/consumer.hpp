@@ -27,6 +27,7 @@ namespace hopattn::kernels::fwd {
 
 // Named barrier ids used by the forward kernel (0 is __syncthreads).
 constexpr int kPingpongBarrierBase = 1;  // 1 + w: "warpgroup w may issue its GEMMs"
+// (4 + w: the epilogue's staging buffer of warpgroup w, epilogue.hpp)
 
 // Issues one warpgroup-wide GEMM c (+)= a * b over all k slices and commits it as a batch.
 // kARegs: A comes from registers (RS) rather than shared-memory descriptors (SS).
@@ -206,8 +207,9 @@ struct Consumer {
         o_units = mainloop(mma_qk, mma_pv, tSrQ_tile, tSrK, tOrVt, tScS, tOrO, softmax, mask, c.m_block,
                            n_begin, n_end);
       }
-      Epilogue<T>::store(p, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid);
+      Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid);
     }
+    Epilogue<T>::drain(tid);
   }
 
   // Returns the V descale the output accumulator is expressed in (1 for 16-bit inputs).

@@ -1,26 +1,37 @@
-// Epilogue: O = O / rowsum and LSE = max + log(rowsum), written straight from the accumulator
-// registers (each thread owns pairs of adjacent columns: 4-byte stores) with row bounds checks.
-// Rows that saw no key get O = 0 and LSE = -inf. The output dtype is the input's for 16-bit
-// inputs; FP8 inputs write bf16 or fp16, chosen at run time (FwdKernelParams::out_fp16).
+// Epilogue: O = O / rowsum and LSE = max + log(rowsum). Rows that saw no key get O = 0 and
+// LSE = -inf. The output dtype is the input's for 16-bit inputs; FP8 inputs write bf16 or fp16,
+// chosen at run time (FwdKernelParams::out_fp16).
+// Two ways out for O, per consumer warpgroup (64 rows):
+//  * staged (T::Output::kStaged, output_tile.hpp): stmatrix into the warpgroup's shared buffer,
+//    then one thread issues a TMA store and the warpgroup moves on to its next tile. Used unless
+//    a varlen slice would cross into the next sequence (TMA clips only at the tensor's end).
+//  * register stores (write_rows): 4-byte stores from the accumulator with row bounds checks.
+// Named barrier kEpilogueBarrierBase + w (128 threads, warpgroup w) is passed twice per staged
+// store: "the previous store has read the buffer" and "the buffer is written".
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cute/tensor.hpp>
 
 #include "kernels/common/device_utils.hpp"
+#include "kernels/fwd/output_tile.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/softmax.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
 
 namespace hopattn::kernels::fwd {
 
+constexpr int kEpilogueBarrierBase = 4;  // 4 + w; 1..3 are the pingpong tokens (consumer.hpp)
+
 template <class T>
 struct Epilogue {
+  using Output = typename T::Output;
+  static constexpr int kWgRows = Output::kRows;
   // o_mult: a factor every output row takes (the FP8 V descale; 1 otherwise).
   template <class TensorO, class TensorC, class Softmax>
-  __device__ __forceinline__ static void store(const FwdKernelParams<T>& p, TensorO& tOrO,
-                                               const TensorC& tOcO, Softmax& softmax, float o_mult,
-                                               const TileCoord& c, const SeqInfo& si, int tid) {
+  __device__ __forceinline__ static void store(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                               TensorO& tOrO, const TensorC& tOcO, Softmax& softmax,
+                                               float o_mult, const TileCoord& c, const SeqInfo& si, int tid) {
     using namespace cute;
     constexpr int kRows = Softmax::kRowsPerThread;
     float out_scale[kRows], lse[kRows];
@@ -35,10 +46,10 @@ struct Epilogue {
     }
     const int row0 = c.m_block * T::kBlockM;
     if constexpr (T::kFp8) {
-      if (p.out_fp16) write_rows<cutlass::half_t>(p, tOrO, tOcO, c, si, row0);
-      else write_rows<cutlass::bfloat16_t>(p, tOrO, tOcO, c, si, row0);
+      if (p.out_fp16) write_output<cutlass::half_t>(p, smem, tOrO, tOcO, c, si, row0, tid);
+      else write_output<cutlass::bfloat16_t>(p, smem, tOrO, tOcO, c, si, row0, tid);
     } else {
-      write_rows<typename T::Element>(p, tOrO, tOcO, c, si, row0);
+      write_output<typename T::Element>(p, smem, tOrO, tOcO, c, si, row0, tid);
     }
     const bool varlen = p.cu_seqlens_q != nullptr;
     if (p.lse != nullptr && tid % 4 == 0) {
@@ -49,6 +60,64 @@ struct Epilogue {
         const int row = row0 + get<0>(c_rc(i, 0));
         if (row < si.seqlen_q) lse_base[row] = lse[i];
       }
+    }
+  }
+
+  template <class Out, class TensorO, class TensorC>
+  __device__ __forceinline__ static void write_output(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                                      TensorO& tOrO, const TensorC& tOcO, const TileCoord& c,
+                                                      const SeqInfo& si, int row0, int tid) {
+    if constexpr (Output::kStaged) {
+      const int wg = tid / 128;
+      const int wg_row0 = row0 + wg * kWgRows;
+      // Dense: TMA clips at the tensor's end, which is the sequence's unless seqused_q shortens it.
+      const bool ends_at_tensor = p.cu_seqlens_q == nullptr && si.seqlen_q == p.seqlen_q;
+      if (wg_row0 + kWgRows <= si.seqlen_q || (ends_at_tensor && wg_row0 < si.seqlen_q)) {
+        store_staged<Out>(p, smem, tOrO, c, si, wg, tid % 128);
+        return;
+      }
+    }
+    write_rows<Out>(p, tOrO, tOcO, c, si, row0);
+  }
+
+  // stmatrix into this warpgroup's buffer, then a TMA store of its 64 rows issued by thread 0 of
+  // the warpgroup. That thread waits for its previous store to have read the buffer first.
+  template <class Out, class TensorO>
+  __device__ __forceinline__ static void store_staged(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                                      TensorO& tOrO, const TileCoord& c, const SeqInfo& si, int wg,
+                                                      int wg_tid) {
+    using namespace cute;
+    const int barrier = kEpilogueBarrierBase + wg;
+    // Bulk groups are per thread: only thread 0 has one to wait for, the others return at once.
+    tma_store_wait<0>();
+    named_barrier_sync(barrier, 128);
+
+    Tensor sO = make_tensor(make_smem_ptr(reinterpret_cast<Out*>(smem.o.data.data())),
+                            typename Output::SmemLayout{})(_, _, wg);
+    using OneWgMma = decltype(make_tiled_mma(typename T::MmaPV::Atom{}));
+    auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Out>{}, OneWgMma{});
+    auto thr = stsm.get_thread_slice(wg_tid);
+    Tensor out = convert_fragment<Out>(tOrO);
+    copy(stsm, thr.retile_S(out), thr.partition_D(sO));
+    tma_store_fence();  // make the generic-proxy writes visible to the TMA (async proxy)
+    named_barrier_sync(barrier, 128);
+
+    if (wg_tid == 0) {
+      const bool varlen = p.cu_seqlens_q != nullptr;
+      Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);  // (rows, d, heads, batch)
+      Tensor gO = local_tile(domain_offset(make_coord(si.q_offset, _0{}), mO(_, _, c.head, varlen ? 0 : c.batch)),
+                             typename Output::TileWg{}, make_coord(c.m_block * T::kNumConsumerWgs + wg, _0{}));
+      Tensor sO_bits = make_tensor(make_smem_ptr(smem.o.data.data()), typename Output::SmemLayout{})(_, _, wg);
+      auto [tOg, tOs] = tma_partition(p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO_bits), group_modes<0, 2>(gO));
+      copy(p.tma_o, tOs, tOg);
+      tma_store_arrive();
+    }
+  }
+
+  // Thread 0 of each warpgroup, before the CTA exits: its last store must have read shared memory.
+  __device__ __forceinline__ static void drain(int tid) {
+    if constexpr (Output::kStaged) {
+      if (tid % 128 == 0) cute::tma_store_wait<0>();
     }
   }
 

@@ -31,6 +31,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+    if constexpr (T::Output::kStaged) cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
   }
   cutlass::arch::fence_barrier_init();
   __syncthreads();

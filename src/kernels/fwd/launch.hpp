@@ -22,10 +22,9 @@ inline int64_t tma_stride(int64_t stride, int64_t extent, int64_t fallback) {
   return extent <= 1 ? fallback : stride;
 }
 
-template <class T>
+template <class T, class Element = typename T::Element>
 auto make_gmem_view(const void* ptr, const Strides3& s, int rows, int heads, int batch, bool varlen) {
   using namespace cute;
-  using Element = typename T::Element;
   const int64_t legal = 16 / int64_t(sizeof(Element)) * 8;  // any multiple of 16 bytes
   auto shape = make_shape(int32_t(rows), int32_t(T::kHeadDim), int32_t(heads), int32_t(varlen ? 1 : batch));
   auto stride = make_stride(tma_stride(s.row, rows, legal), _1{}, tma_stride(s.head, heads, legal),
@@ -88,6 +87,19 @@ void set_fp8_fields(FwdKernelParams<T>& p, const FwdArgs& a) {
   p.out_fp16 = a.out_fp16;
 }
 
+// The TMA store of O (Output::kStaged). TMA clips rows at the tensor's end (dense); varlen
+// tiles that would cross into the next sequence are written from registers (epilogue.hpp).
+template <class T>
+void set_output_store(FwdKernelParams<T>& p, const FwdArgs& a, int q_rows, bool varlen) {
+  using namespace cute;
+  using Output = typename T::Output;
+  if constexpr (Output::kStaged) {
+    if (q_rows == 0) return;  // no tile runs, and a tensor map cannot describe zero rows
+    auto mO = make_gmem_view<T, typename Output::Carrier>(a.out, a.out_stride, q_rows, a.nheads, a.batch, varlen);
+    p.tma_o = make_tma_copy(SM90_TMA_STORE{}, mO, typename Output::SmemLayoutWg{}, typename Output::TileWg{}, _1{});
+  }
+}
+
 template <class T>
 FwdKernelParams<T> make_params(const FwdArgs& a) {
   using namespace cute;
@@ -109,6 +121,7 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
       make_tma_copy(SM90_TMA_LOAD{}, mK, take<0, 2>(typename T::SmemLayoutK{}), typename T::TileKV{}, _1{}),
       make_tma_copy(SM90_TMA_LOAD{}, mV, take<0, 2>(typename T::SmemLayoutV{}), typename T::TileKV{}, _1{}),
       mQ.shape(), mK.shape()};
+  set_output_store<T>(p, a, q_rows, varlen);
   p.out = a.out;
   p.out_row_stride = a.out_stride.row;
   p.out_head_stride = a.out_stride.head;

@@ -12,6 +12,7 @@ struct FwdKernelParams {
   typename Traits::TmaQ tma_q;
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batch) as TMA sees them
+  typename Traits::Output::TmaO tma_o{};  // the TMA store of O (built only when Output::kStaged)
 
   void* out{};  // Element for 16-bit inputs; bf16 or fp16 (out_fp16) for FP8 inputs
   int64_t out_row_stride{}, out_head_stride{}, out_batch_stride{};

@@ -78,11 +78,14 @@ HOPATTN_TILE_ROW(256, HOPATTN_TILE_DEFAULT_HD256)
 // P and a 128-register O spilled 116 bytes: without it, 8 bytes and +12% (860 -> 960 TFLOP/s at
 // 8k); at d = 128 overlap wins (731 against 642). A third stage gave nothing at d = 128.
 template <int kHeadDim>
-using DefaultFwdFp8Traits = FwdFp8Traits<kHeadDim, 128, 128, 2, (kHeadDim < 256)>;
+using DefaultFwdFp8Traits = FwdFp8Traits<kHeadDim, 128, 128, 2, (kHeadDim < 256), false>;
 
-// kIntraWgOverlap = false is the ablation variant; true takes the table's choice.
-template <class Element, int kHeadDim, bool kIntraWgOverlap = true>
+// kIntraWgOverlap = false is the ablation variant; true takes the table's choice. kStagedEpilogue:
+// O through shared memory and a TMA store (output_tile.hpp); manifest.cmake lists the head dims
+// that get such a kernel next to the register-store one, and for which sequence lengths.
+template <class Element, int kHeadDim, bool kIntraWgOverlap = true, bool kStagedEpilogue = false>
 using DefaultFwdTraits = FwdTraits<Element, kHeadDim, TileShape<kHeadDim>::M, TileShape<kHeadDim>::N,
-                                   TileShape<kHeadDim>::stages, kIntraWgOverlap && TileShape<kHeadDim>::overlap>;
+                                   TileShape<kHeadDim>::stages, kIntraWgOverlap && TileShape<kHeadDim>::overlap,
+                                   kStagedEpilogue>;
 
 }  // namespace hopattn::kernels::fwd

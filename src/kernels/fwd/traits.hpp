@@ -9,32 +9,16 @@
 #include <cute/arch/mma_sm90.hpp>
 #include <cutlass/numeric_types.h>
 
+#include "kernels/fwd/layouts.hpp"
+#include "kernels/fwd/output_tile.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
 
 namespace hopattn::kernels::fwd {
 
 using namespace cute;
 
-// The widest swizzle whose atom divides the K extent of a K-major operand tile.
-template <class Element, int kKExtent>
-constexpr auto k_major_smem_atom() {
-  constexpr int kBytes = kKExtent * int(sizeof(Element));
-  if constexpr (kBytes % 128 == 0) return GMMA::Layout_K_SW128_Atom<Element>{};
-  else if constexpr (kBytes % 64 == 0) return GMMA::Layout_K_SW64_Atom<Element>{};
-  else if constexpr (kBytes % 32 == 0) return GMMA::Layout_K_SW32_Atom<Element>{};
-  else return GMMA::Layout_K_INTER_Atom<Element>{};
-}
-
-// A (rows, head_dim, heads, batch) global tensor as the TMA descriptors of every kernel see it.
-template <class Element>
-struct GmemView {
-  using Shape_ = Shape<int32_t, int32_t, int32_t, int32_t>;
-  using Stride_ = Stride<int64_t, _1, int64_t, int64_t>;
-  using Tensor_ = decltype(make_tensor(make_gmem_ptr(static_cast<Element const*>(nullptr)), Shape_{}, Stride_{}));
-};
-
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_,
-          bool kIntraWgOverlap_ = true>
+          bool kIntraWgOverlap_ = true, bool kStagedEpilogue_ = false>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kFp8 = false;
@@ -102,10 +86,18 @@ struct FwdTraits {
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
 
+  // kStagedEpilogue_: O leaves through a shared-memory buffer and a TMA store (output_tile.hpp);
+  // the buffer must fit next to the rings, with 2 KB kept for the barriers and the tile ring.
+  using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_>;
+  static_assert(!kStagedEpilogue_ ||
+                    kQStages * kSmemQBytes + kSmemKVBytes + kBlockM * kHeadDim * 2 + 2048 <= 227 * 1024,
+                "no shared memory left for the staged epilogue's buffer");
+
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>> v;
+    typename Output::Storage o;
     // Pipeline barriers: see docs/design/fwd.md for what each one means.
     alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];

@@ -25,7 +25,8 @@ namespace hopattn::kernels::fwd {
 
 using namespace cute;
 
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kIntraWgOverlap_ = true>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_, bool kIntraWgOverlap_ = true,
+          bool kStagedEpilogue_ = false>
 struct FwdFp8Traits {
   using Element = cutlass::float_e4m3_t;
   static constexpr bool kFp8 = true;
@@ -86,11 +87,18 @@ struct FwdFp8Traits {
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim;
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim;
 
+  // The output is 16-bit (bf16 or fp16), staged or not as in FwdTraits.
+  using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_>;
+  static_assert(!kStagedEpilogue_ ||
+                    kQStages * kSmemQBytes + kSmemKVBytes + kBlockM * kHeadDim * 2 + 2048 <= 227 * 1024,
+                "no shared memory left for the staged epilogue's buffer");
+
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVStage>> v_stage;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> v;  // V^T
+    typename Output::Storage o;
     alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
     uint64_t k_full[kStages], k_empty[kStages];
     uint64_t v_stage_full[kStages], v_stage_empty[kStages];  // TMA -> transposing warps

@@ -90,7 +90,7 @@ struct FwdTraits {
   // the buffer must fit next to the rings, with 2 KB kept for the barriers and the tile ring.
   using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_>;
   static_assert(!kStagedEpilogue_ ||
-                    kQStages * kSmemQBytes + kSmemKVBytes + kBlockM * kHeadDim * 2 + 2048 <= 227 * 1024,
+                    kQStages * kSmemQBytes + kSmemKVBytes + Output::kBytes + 2048 <= 227 * 1024,
                 "no shared memory left for the staged epilogue's buffer");
 
   struct SharedStorage {

@@ -90,7 +90,7 @@ struct FwdFp8Traits {
   // The output is 16-bit (bf16 or fp16), staged or not as in FwdTraits.
   using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_>;
   static_assert(!kStagedEpilogue_ ||
-                    kQStages * kSmemQBytes + kSmemKVBytes + kBlockM * kHeadDim * 2 + 2048 <= 227 * 1024,
+                    kQStages * kSmemQBytes + kSmemKVBytes + Output::kBytes + 2048 <= 227 * 1024,
                 "no shared memory left for the staged epilogue's buffer");
 
   struct SharedStorage {

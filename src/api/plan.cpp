@@ -96,7 +96,8 @@ const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdPar
     if (ablation)
       detail::not_supported("tuning.disable_intra_wg_overlap", "the ablation kernel is bf16 head dim 128 only");
   }
-  const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation, prob.seqlen_k);
+  const bool masked = prob.causal || prob.window_left >= 0 || prob.window_right >= 0;
+  const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation, prob.seqlen_k, masked);
   if (k == nullptr && ablation)
     detail::not_supported("tuning.disable_intra_wg_overlap",
                           "the no-overlap ablation kernel exists for bf16 head dim 128 only");

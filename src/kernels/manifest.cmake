@@ -1,6 +1,6 @@
 # The one list of kernel instantiations compiled into the library: one forward kernel per
-# (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS (two at d96 and d128: see the
-# staged-epilogue list below), one backward kernel per
+# (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS (more at d96 and d128: see the
+# list of variants below), one backward kernel per
 # (dtype, head dim <= 128), and with HOPATTN_FP8 one e4m3 forward kernel per head dim 64, 128, 256. Each gets its own generated
 # translation unit (parallel builds, per-file compile stats); registry.cpp lists them for the
 # dispatcher. Tile shapes live in src/kernels/fwd/tile_table.hpp.
@@ -25,14 +25,18 @@ foreach(_ov IN LISTS HOPATTN_TILE_OVERRIDES)
        HOPATTN_TILE_HD${_hd}_S=${_s} HOPATTN_TILE_HD${_hd}_O=${_o})
   message(STATUS "hopattn: tile override for head dim ${_hd}: ${_dims}")
 endforeach()
-# Staged-epilogue kernels (O through shared memory and a TMA store, fwd/output_tile.hpp), built
-# next to the register-store kernel of a head dim and preferred by the dispatcher up to this many
-# keys. Measured on an H200 (docs/perf-log.md, session 5): they win at short sequences (d128 +3..17%
-# at 512-2k, d96 +1..7% at 512-1k) and lose 1-5% at long ones, where ptxas moves the mainloop's
-# stage arithmetic out of uniform registers; d64 (three consumer warpgroups) lost everywhere, and
-# d192/d256 have no shared memory left for the buffer.
-set(_staged_max_keys_96 1024)
-set(_staged_max_keys_128 2048)
+# A head dim may get more forward kernels than its default one (FwdKernelUse in registry.hpp):
+# * "staged" (kShortKeys): 128-key tiles, O through shared memory and a TMA store
+#   (fwd/output_tile.hpp), preferred up to _short_max_keys_HD keys. Measured on an H200
+#   (docs/perf-log.md, session 5): +3..17% at d128 512-2k, +1..7% at d96 512-1k, but 1-5% slower
+#   at long sequences, where ptxas moves the mainloop's stage arithmetic out of uniform registers;
+#   d64 (three consumer warpgroups) lost everywhere; d192/d256 have no shared memory for the buffer.
+# * "masked" (kMaskedLongKeys): 128-key tiles with register stores, for causal / windowed problems
+#   past the short limit. Only d128 needs it: its default kernel has 176-key tiles, +2..5% at long
+#   unmasked sequences but 3-5% slower under a causal mask (session 6).
+set(_short_max_keys_96 1024)
+set(_short_max_keys_128 2048)
+set(_masked_long_128 ON)
 file(MAKE_DIRECTORY "${_gen}")
 set(HOPATTN_KERNEL_SOURCES "")
 set(DECLS "")
@@ -57,28 +61,30 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
     if(DTYPE STREQUAL "bf16" AND HDIM STREQUAL "128")
       list(APPEND _variants "no_overlap")  # the ablation kernel of the paper's Table 2
     endif()
-    if(DEFINED _staged_max_keys_${HDIM})
+    if(DEFINED _short_max_keys_${HDIM})
       list(APPEND _variants "staged")
     endif()
+    if(_masked_long_${HDIM})
+      list(APPEND _variants "masked")
+    endif()
     foreach(_variant IN LISTS _variants)
-      set(STAGED "false")
-      set(STAGED_MAX_KEYS 0)
+      set(OVERLAP "true")   # the tile table may still turn overlap off for a head dim
+      set(ABLATION "false")
+      set(SUFFIX "_${_variant}")
+      set(USE "kDefault")
+      set(MAX_KEYS 0)
       if(_variant STREQUAL "overlap")
-        set(OVERLAP "true")   # the tile table may still turn overlap off for a head dim
-        set(ABLATION "false")
         set(SUFFIX "")
       elseif(_variant STREQUAL "staged")
-        set(OVERLAP "true")
-        set(ABLATION "false")
-        set(SUFFIX "_staged")
-        set(STAGED "true")
-        set(STAGED_MAX_KEYS ${_staged_max_keys_${HDIM}})
+        set(USE "kShortKeys")
+        set(MAX_KEYS ${_short_max_keys_${HDIM}})
+      elseif(_variant STREQUAL "masked")
+        set(USE "kMaskedLongKeys")
       else()
         set(OVERLAP "false")
         set(ABLATION "true")
-        set(SUFFIX "_no_overlap")
       endif()
-      set(TRAITS "fwd::DefaultFwdTraits<${ELEMENT}, ${HDIM}, ${OVERLAP}, ${STAGED}>")
+      set(TRAITS "fwd::DefaultFwdTraits<${ELEMENT}, ${HDIM}, ${OVERLAP}, FwdKernelUse::${USE}>")
       set(_src "${_gen}/fwd_${DTYPE}_hd${HDIM}${SUFFIX}.cu")
       configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/fwd/instance.cu.in" "${_src}" @ONLY)
       list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
@@ -104,7 +110,8 @@ if(HOPATTN_FP8)
       set(SUFFIX "")
       set(ABLATION "false")
       set(TRAITS "fwd::DefaultFwdFp8Traits<${HDIM}>")
-      set(STAGED_MAX_KEYS 0)
+      set(USE "kDefault")
+      set(MAX_KEYS 0)
       set(_src "${_gen}/fwd_e4m3_hd${HDIM}.cu")
       configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/fwd/instance.cu.in" "${_src}" @ONLY)
       list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")

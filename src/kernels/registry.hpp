@@ -12,15 +12,22 @@
 
 namespace hopattn::kernels {
 
+// Which problems the dispatcher gives a forward kernel when its (dtype, head dim) has several
+// (manifest.cmake lists them, with the measurements behind each choice).
+enum class FwdKernelUse {
+  kDefault,         // everything the others do not take
+  kShortKeys,       // seqlen_k <= max_keys (the staged-epilogue kernels)
+  kMaskedLongKeys,  // causal / sliding-window problems with seqlen_k > the short kernel's limit
+};
+
 struct FwdKernel {
   const char* name;
   DType dtype;
   int head_dim;
   bool ablation_no_overlap;  // the Table 2 variant without intra-warpgroup overlap
   int block_n;               // keys per tile: FP8 K/V scale blocks must be a multiple
-  // 0: O is stored from registers. > 0: O leaves through shared memory and a TMA store, and the
-  // dispatcher prefers this kernel up to this many keys (seqlen_k); manifest.cmake says why.
-  int staged_max_keys;
+  FwdKernelUse use;
+  int max_keys;  // kShortKeys: the longest seqlen_k it takes; 0 otherwise
   size_t (*workspace_bytes)(const FwdArgs&);
   void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
 };
@@ -34,9 +41,9 @@ struct BwdKernel {
 };
 
 // Returns the kernel for (dtype, head_dim), or its no-overlap ablation variant, or nullptr when
-// this build did not compile it. Where a staged-epilogue kernel exists and seqlen_k is within its
-// staged_max_keys, that one.
-const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool ablation_no_overlap, int seqlen_k);
+// this build did not compile it; among several, the one whose FwdKernelUse fits seqlen_k and
+// masked (causal or a sliding window).
+const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool ablation_no_overlap, int seqlen_k, bool masked);
 // Every compiled forward kernel, terminated by an entry whose name is nullptr.
 const FwdKernel* fwd_kernels();
 

@@ -72,23 +72,29 @@ TEST_F(FwdFixture, ValidCallPassesValidation) {
   }
 }
 
-// d128 has a staged-epilogue kernel for up to 2048 keys and a register-store kernel beyond
-// (manifest.cmake); the dispatcher picks by seqlen_k.
-TEST_F(FwdFixture, EpilogueKernelFollowsKeyLength) {
-  auto plan_for_keys = [&](int64_t keys) {
+// d128 has a staged-epilogue kernel (128-key tiles) for up to 2048 keys, a register-store kernel
+// with 176-key tiles beyond, and one with 128-key tiles for causal problems beyond
+// (manifest.cmake). The dispatcher picks by seqlen_k and the mask.
+TEST_F(FwdFixture, EpilogueKernelFollowsKeyLengthAndMask) {
+  auto plan_for_keys = [&](int64_t keys, bool causal) {
     p.k = arena.tensor(DType::kBFloat16, {2, keys, 2, 128});
     p.v = arena.tensor(DType::kBFloat16, {2, keys, 2, 128});
+    p.mask.causal = causal;
     return plan_fwd(p, fake_hopper()).kernel;
   };
-  std::string short_keys, long_keys;
+  std::string short_keys, long_keys, short_causal, long_causal;
   try {
-    short_keys = plan_for_keys(2048);
-    long_keys = plan_for_keys(2049);
+    short_keys = plan_for_keys(2048, false);
+    long_keys = plan_for_keys(2049, false);
+    short_causal = plan_for_keys(2048, true);
+    long_causal = plan_for_keys(2049, true);
   } catch (const Error& e) {
     GTEST_SKIP() << "bf16 head dim 128 not in this build: " << e.what();
   }
   EXPECT_EQ(short_keys, "fwd_sm90_bf16_hd128_staged");
   EXPECT_EQ(long_keys, "fwd_sm90_bf16_hd128");
+  EXPECT_EQ(short_causal, "fwd_sm90_bf16_hd128_staged");
+  EXPECT_EQ(long_causal, "fwd_sm90_bf16_hd128_masked");
 }
 
 TEST_F(FwdFixture, DtypeMismatch) {

@@ -3,9 +3,9 @@
 //
 // Schedule (kIntraWgOverlap, Algorithm 2 of the paper), key blocks n_end-1 down to n_begin:
 //   first block:   S = Q K_n ; wait ; softmax -> P
-//   each next n:   issue S = Q K_n ; issue O += P V_{n+1} ; wait S ; softmax(S) ;
-//                  wait PV ; rescale O ; P = S
-//   last:          O += P V_{n_begin} ; wait
+//   each next n:   issue S = Q K_n ; rescale O ; issue O += P V_{n+1} ; wait S ;
+//                  softmax(S) ; wait PV ; P = S
+//   last:          rescale O ; O += P V_{n_begin} ; wait
 // so the softmax of block n runs while the tensor cores do P V of block n+1.
 // Pingpong: with two or more consumer warpgroups, each warpgroup issues its GEMMs only when it
 // holds the token (named barrier), and hands it on right after issuing, so one warpgroup's
@@ -242,10 +242,14 @@ struct Consumer {
       release_k();
       scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, row_scales(k_scale), softmax, o_scale);
       convert_p(tSrS, tOrP);
+      // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
+      // Q K^T of block n runs: the multiply leaves the softmax window between the GEMMs.
+      float v_ratio = 1.f;
       for (int n = n_end - 2; n >= n_begin; --n) {
         Tensor tSrS_next = scores();
         pingpong.acquire();
         issue_scores(mma_qk, tSrQ, tSrK, tSrS_next);
+        rescale_output(tOrO, o_scale, v_ratio);
         issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
         read_key_descales(k_scale, v_block);
@@ -257,12 +261,13 @@ struct Consumer {
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         release_v();
-        rescale_output(tOrO, o_scale, v_units / v_next);
+        v_ratio = v_units / v_next;
         v_units = v_next;
         convert_p(tSrS_next, tOrP);
       }
       release_q();  // every Q K^T of this tile has completed
       pingpong.acquire();
+      rescale_output(tOrO, o_scale, v_ratio);
       issue_pv(mma_pv, tOrP, tOrVt, tOrO);
       pingpong.hand_over();
       warpgroup_wait<0>();

@@ -1,19 +1,24 @@
 // The one table of forward tile shapes, per (head dim). Reasoning, with 227 KB of shared memory
 // and 64K registers per SM, one CTA per SM:
-//  * smem = Q (M x d) + stages * (K + V) (N x d each), 2 bytes per element;
-//  * registers per consumer thread ~ S (N/2 fp32) + O (d/2 fp32) + P (N/4 packed) + S_next
-//    when overlapping GEMM and softmax: must fit 240 (2 consumer WGs) or 160 (3 WGs).
-//   d    M    N  stages  smem KB  consumer regs (S + S_next + O + P)
-//   64  192  128   2       88     64 + 64 + 32 + 32 = 192 > 160? S_next reuses after copy: fits
-//   96  128  128   2      120     64 + 64 + 48 + 32
-//  128  128  128   2      160     64 + 64 + 64 + 32
-//  192  128   96   2      192     48 + 48 + 96 + 24
-//  256  128   80   2      224     40 + 40 + 128 + 20
+//  * smem = Q (M x d, twice where it fits) + stages * (K + V) (N x d each), 2 bytes per element;
+//  * registers per consumer thread while the softmax of S_next runs under O += P V:
+//    S_next (N/2 fp32) + P (N/4 packed pairs) + O (d/2 fp32) must fit 240 (2 consumer WGs) or
+//    160 (3 WGs) with the addressing and softmax state.
+//   d    M    N  stages  smem KB      S_next + P + O
+//   64  192  128   2      24*2 + 64   64 + 32 + 32 = 128 of 160
+//   96  128  128   2      24*2 + 96   64 + 32 + 48 = 144 of 240
+//  128  128  176   2      32 + 176    88 + 44 + 64 = 196 of 240 (one Q buffer)
+//  192  128   96   2      48 + 144    48 + 24 + 96 = 168 of 240
+//  256  128   80   2      64 + 160    40 + 20 + 128 = 188 of 240
+// The short-key (staged epilogue) and masked long-key kernels use NarrowTileShape below.
 // Measured choices and their history are in docs/perf-log.md.
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/fwd/traits.hpp"
 #include "kernels/fwd/traits_fp8.hpp"
+#include "kernels/registry.hpp"
 
 namespace hopattn::kernels::fwd {
 
@@ -22,11 +27,11 @@ namespace hopattn::kernels::fwd {
 // HOPATTN_TILE_HD128_M, _N, _S and _O (nvcc splits -D values at commas, hence four macros).
 // overlap = 1: intra-warpgroup GEMM/softmax overlap (Algorithm 2); 0: Algorithm 1 consumer,
 // fewer live registers (no S_next next to P), for tiles whose softmax share is small.
-#define HOPATTN_TILE_DEFAULT_HD64 192, 96, 2, 1
+#define HOPATTN_TILE_DEFAULT_HD64 192, 128, 2, 1
 #define HOPATTN_TILE_DEFAULT_HD96 128, 128, 2, 1
-#define HOPATTN_TILE_DEFAULT_HD128 128, 128, 2, 1
+#define HOPATTN_TILE_DEFAULT_HD128 128, 176, 2, 1
 #define HOPATTN_TILE_DEFAULT_HD192 128, 96, 2, 1
-#define HOPATTN_TILE_DEFAULT_HD256 128, 64, 2, 1
+#define HOPATTN_TILE_DEFAULT_HD256 128, 80, 2, 1
 
 struct TileDims {
   int M, N, stages, overlap;
@@ -83,9 +88,23 @@ using DefaultFwdFp8Traits = FwdFp8Traits<kHeadDim, 128, 128, 2, (kHeadDim < 256)
 // kIntraWgOverlap = false is the ablation variant; true takes the table's choice. kStagedEpilogue:
 // O through shared memory and a TMA store (output_tile.hpp); manifest.cmake lists the head dims
 // that get such a kernel next to the register-store one, and for which sequence lengths.
-template <class Element, int kHeadDim, bool kIntraWgOverlap = true, bool kStagedEpilogue = false>
-using DefaultFwdTraits = FwdTraits<Element, kHeadDim, TileShape<kHeadDim>::M, TileShape<kHeadDim>::N,
-                                   TileShape<kHeadDim>::stages, kIntraWgOverlap && TileShape<kHeadDim>::overlap,
-                                   kStagedEpilogue>;
+// The other kernels of a head dim (manifest.cmake) keep N = 128: the short-key kernels have a
+// staged epilogue whose O buffer (32 KB at d = 128) must fit next to double-buffered Q and the
+// K/V rings, and the masked long-key kernel exists because 176-key tiles lose 3-5% to 128-key
+// ones under a causal mask (perf-log, session 6).
+struct NarrowTileShape {
+  static constexpr int M = 128, N = 128, stages = 2;
+  static constexpr bool overlap = true;
+};
+template <int kHeadDim, FwdKernelUse kUse>
+using TileRow = std::conditional_t<kUse == FwdKernelUse::kDefault, TileShape<kHeadDim>, NarrowTileShape>;
+
+// kIntraWgOverlap = false is the ablation variant; true takes the table's choice. kUse: which
+// problems the kernel serves (registry.hpp); the short-key kernels store O through shared memory
+// and a TMA store (output_tile.hpp), the others from registers.
+template <class Element, int kHeadDim, bool kIntraWgOverlap = true, FwdKernelUse kUse = FwdKernelUse::kDefault,
+          class Row = TileRow<kHeadDim, kUse>>
+using DefaultFwdTraits = FwdTraits<Element, kHeadDim, Row::M, Row::N, Row::stages, kIntraWgOverlap && Row::overlap,
+                                   kUse == FwdKernelUse::kShortKeys>;
 
 }  // namespace hopattn::kernels::fwd

@@ -5,8 +5,8 @@
 # translation unit (parallel builds, per-file compile stats); registry.cpp lists them for the
 # dispatcher. Tile shapes live in src/kernels/fwd/tile_table.hpp.
 set(_gen "${CMAKE_CURRENT_BINARY_DIR}/kernels")
-# Tile experiments: HOPATTN_TILE_OVERRIDES="128:128,176,2;64:192,128,2,0" (head dim: M,N,stages[,overlap]).
-set(HOPATTN_TILE_OVERRIDES "" CACHE STRING "Tile-table overrides for experiments, e.g. 128:128,176,2")
+# Tile experiments: HOPATTN_TILE_OVERRIDES="128:128,192,2;64:128,128,2,0" (head dim: M,N,stages[,overlap]).
+set(HOPATTN_TILE_OVERRIDES "" CACHE STRING "Tile-table overrides for experiments, e.g. 128:128,192,2")
 set(HOPATTN_TILE_DEFINES "")
 foreach(_ov IN LISTS HOPATTN_TILE_OVERRIDES)
   string(REPLACE ":" ";" _parts "${_ov}")
@@ -30,7 +30,8 @@ endforeach()
 #   (fwd/output_tile.hpp), preferred up to _short_max_keys_HD keys. Measured on an H200
 #   (docs/perf-log.md, session 5): +3..17% at d128 512-2k, +1..7% at d96 512-1k, but 1-5% slower
 #   at long sequences, where ptxas moves the mainloop's stage arithmetic out of uniform registers;
-#   d64 (three consumer warpgroups) lost everywhere; d192/d256 have no shared memory for the buffer.
+#   d64 (three consumer warpgroups, then 192x96 tiles) lost everywhere; d192/d256 have no shared
+#   memory for the buffer.
 # * "masked" (kMaskedLongKeys): 128-key tiles with register stores, for causal / windowed problems
 #   past the short limit. Only d128 needs it: its default kernel has 176-key tiles, +2..5% at long
 #   unmasked sequences but 3-5% slower under a causal mask (session 6).

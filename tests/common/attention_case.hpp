@@ -25,6 +25,7 @@ struct AttnCase {
   std::vector<int> varlen_q, varlen_k;  // non-empty: variable length with these lengths
   int row_pad = 0;                      // extra elements per row: non-contiguous seq/batch strides
   bool deterministic = false;           // backward only: ordered dQ accumulation
+  bool no_overlap = false;              // forward only: the Table 2 ablation kernel (bf16 d128)
 
   std::string name() const {
     std::ostringstream os;
@@ -37,6 +38,7 @@ struct AttnCase {
     if (!varlen_q.empty()) os << "_varlen" << varlen_q.size();
     if (row_pad) os << "_strided";
     if (deterministic) os << "_det";
+    if (no_overlap) os << "_nooverlap";
     std::string s = os.str();
     for (char& ch : s)
       if (ch == '-') ch = 'm';  // test names: letters, digits and '_' only

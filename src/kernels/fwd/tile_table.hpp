@@ -8,8 +8,8 @@
 //   64  192  128   2      24*2 + 64   64 + 32 + 32 = 128 of 160
 //   96  128  128   2      24*2 + 96   64 + 32 + 48 = 144 of 240
 //  128  128  176   2      32 + 176    88 + 44 + 64 = 196 of 240 (one Q buffer)
-//  192  128   96   2      48 + 144    48 + 24 + 96 = 168 of 240
-//  256  128   80   2      64 + 160    40 + 20 + 128 = 188 of 240
+//  192  128   96   2      48 + 144    48 + 24 + 96 = 168 of 240 (one Q buffer)
+//  256  128   80   2      64 + 160    40 + 20 + 128 = 188 of 240 (one Q buffer)
 // The short-key (staged epilogue) and masked long-key kernels use NarrowTileShape below.
 // Measured choices and their history are in docs/perf-log.md.
 #pragma once
@@ -85,13 +85,10 @@ HOPATTN_TILE_ROW(256, HOPATTN_TILE_DEFAULT_HD256)
 template <int kHeadDim>
 using DefaultFwdFp8Traits = FwdFp8Traits<kHeadDim, 128, 128, 2, (kHeadDim < 256), false>;
 
-// kIntraWgOverlap = false is the ablation variant; true takes the table's choice. kStagedEpilogue:
-// O through shared memory and a TMA store (output_tile.hpp); manifest.cmake lists the head dims
-// that get such a kernel next to the register-store one, and for which sequence lengths.
 // The other kernels of a head dim (manifest.cmake) keep N = 128: the short-key kernels have a
 // staged epilogue whose O buffer (32 KB at d = 128) must fit next to double-buffered Q and the
 // K/V rings, and the masked long-key kernel exists because 176-key tiles lose 3-5% to 128-key
-// ones under a causal mask (perf-log, session 6).
+// ones under a causal mask (perf-log, session 6). HOPATTN_TILE_OVERRIDES does not reach this row.
 struct NarrowTileShape {
   static constexpr int M = 128, N = 128, stages = 2;
   static constexpr bool overlap = true;

@@ -86,6 +86,16 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
   return a;
 }
 
+// Whether the mask hides a large share of the (query, key) pairs, which is when the 128-key
+// kernels beat wider key tiles (FwdKernelUse::kMaskedLongKeys): a left window always does; a causal
+// or right window does when there are at least half as many queries as keys. Aligned bottom-right,
+// a short query block against a long cache (chunked prefill) hides almost nothing.
+bool mask_hides_much(const FwdProblem& prob) {
+  if (prob.window_left >= 0) return true;
+  if (prob.window_right < 0) return false;  // causal is folded into window_right = 0
+  return 2 * int64_t(prob.seqlen_q) >= prob.seqlen_k;
+}
+
 const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdParams& p) {
   const FwdTuning& tuning = p.tuning;
   const bool ablation = tuning.disable_intra_wg_overlap;
@@ -96,8 +106,8 @@ const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdPar
     if (ablation)
       detail::not_supported("tuning.disable_intra_wg_overlap", "the ablation kernel is bf16 head dim 128 only");
   }
-  const bool masked = prob.causal || prob.window_left >= 0 || prob.window_right >= 0;
-  const kernels::FwdKernel* k = kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation, prob.seqlen_k, masked);
+  const kernels::FwdKernel* k =
+      kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation, prob.seqlen_k, mask_hides_much(prob));
   if (k == nullptr && ablation)
     detail::not_supported("tuning.disable_intra_wg_overlap",
                           "the no-overlap ablation kernel exists for bf16 head dim 128 only");

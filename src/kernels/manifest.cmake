@@ -32,9 +32,10 @@ endforeach()
 #   at long sequences, where ptxas moves the mainloop's stage arithmetic out of uniform registers;
 #   d64 (three consumer warpgroups, then 192x96 tiles) lost everywhere; d192/d256 have no shared
 #   memory for the buffer.
-# * "masked" (kMaskedLongKeys): 128-key tiles with register stores, for causal / windowed problems
-#   past the short limit. Only d128 needs it: its default kernel has 176-key tiles, +2..5% at long
-#   unmasked sequences but 3-5% slower under a causal mask (session 6).
+# * "masked" (kMaskedLongKeys): 128-key tiles with register stores, for problems past the short
+#   limit whose mask hides much (a left window, or causal with seqlen_q >= seqlen_k / 2: plan.cpp).
+#   Only d128 needs it: its default kernel has 176-key tiles, +2..5% at long unmasked sequences
+#   and +1..2% on causal chunked prefill, but 3-5% slower under a full causal mask (session 6).
 set(_short_max_keys_96 1024)
 set(_short_max_keys_128 2048)
 set(_masked_long_128 ON)

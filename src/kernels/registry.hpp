@@ -17,7 +17,7 @@ namespace hopattn::kernels {
 enum class FwdKernelUse {
   kDefault,         // everything the others do not take
   kShortKeys,       // seqlen_k <= max_keys (the staged-epilogue kernels)
-  kMaskedLongKeys,  // causal / sliding-window problems with seqlen_k > the short kernel's limit
+  kMaskedLongKeys,  // masks that hide much (plan.cpp) with seqlen_k > the short kernel's limit
 };
 
 struct FwdKernel {
@@ -42,7 +42,7 @@ struct BwdKernel {
 
 // Returns the kernel for (dtype, head_dim), or its no-overlap ablation variant, or nullptr when
 // this build did not compile it; among several, the one whose FwdKernelUse fits seqlen_k and
-// masked (causal or a sliding window).
+// masked (the mask hides a large share of the scores: plan.cpp).
 const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool ablation_no_overlap, int seqlen_k, bool masked);
 // Every compiled forward kernel, terminated by an entry whose name is nullptr.
 const FwdKernel* fwd_kernels();

@@ -73,28 +73,30 @@ TEST_F(FwdFixture, ValidCallPassesValidation) {
 }
 
 // d128 has a staged-epilogue kernel (128-key tiles) for up to 2048 keys, a register-store kernel
-// with 176-key tiles beyond, and one with 128-key tiles for causal problems beyond
-// (manifest.cmake). The dispatcher picks by seqlen_k and the mask.
-TEST_F(FwdFixture, EpilogueKernelFollowsKeyLengthAndMask) {
-  auto plan_for_keys = [&](int64_t keys, bool causal) {
+// with 176-key tiles beyond, and one with 128-key tiles for masks that hide much beyond
+// (manifest.cmake): any left window, or causal with at least half as many queries as keys.
+TEST_F(FwdFixture, KernelFollowsKeyLengthAndMask) {
+  auto plan_for = [&](int64_t queries, int64_t keys, bool causal, int window_left = -1) {
+    p.q = arena.tensor(DType::kBFloat16, {2, queries, 8, 128});
+    p.out = arena.tensor(DType::kBFloat16, {2, queries, 8, 128});
+    p.lse = arena.tensor(DType::kFloat32, {2, 8, queries});
     p.k = arena.tensor(DType::kBFloat16, {2, keys, 2, 128});
     p.v = arena.tensor(DType::kBFloat16, {2, keys, 2, 128});
-    p.mask.causal = causal;
+    p.mask = {causal, window_left, -1};
     return plan_fwd(p, fake_hopper()).kernel;
   };
-  std::string short_keys, long_keys, short_causal, long_causal;
   try {
-    short_keys = plan_for_keys(2048, false);
-    long_keys = plan_for_keys(2049, false);
-    short_causal = plan_for_keys(2048, true);
-    long_causal = plan_for_keys(2049, true);
+    plan_for(64, 64, false);
   } catch (const Error& e) {
     GTEST_SKIP() << "bf16 head dim 128 not in this build: " << e.what();
   }
-  EXPECT_EQ(short_keys, "fwd_sm90_bf16_hd128_staged");
-  EXPECT_EQ(long_keys, "fwd_sm90_bf16_hd128");
-  EXPECT_EQ(short_causal, "fwd_sm90_bf16_hd128_staged");
-  EXPECT_EQ(long_causal, "fwd_sm90_bf16_hd128_masked");
+  EXPECT_EQ(plan_for(64, 2048, false), "fwd_sm90_bf16_hd128_staged");
+  EXPECT_EQ(plan_for(64, 2049, false), "fwd_sm90_bf16_hd128");
+  EXPECT_EQ(plan_for(2048, 2048, true), "fwd_sm90_bf16_hd128_staged");
+  EXPECT_EQ(plan_for(2049, 2049, true), "fwd_sm90_bf16_hd128_masked");
+  EXPECT_EQ(plan_for(4096, 8192, true), "fwd_sm90_bf16_hd128_masked");
+  EXPECT_EQ(plan_for(4095, 8192, true), "fwd_sm90_bf16_hd128");  // chunked prefill: little is masked
+  EXPECT_EQ(plan_for(64, 8192, false, 512), "fwd_sm90_bf16_hd128_masked");
 }
 
 TEST_F(FwdFixture, DtypeMismatch) {

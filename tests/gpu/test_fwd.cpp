@@ -126,9 +126,11 @@ std::vector<FwdCase> coverage() {
   add([](FwdCase& c) { c.varlen_q = {300, 45}; c.varlen_k = {300, 800}; c.nheads = 8; c.nheads_k = 2; c.window_left = 50; c.head_dim = 64; });
   add([](FwdCase& c) { c.batch = 3; c.seqlen_q = 1024; c.seqlen_k = 1024; c.causal = true; c.nheads = 2; c.nheads_k = 2; });
   // Past the staged-epilogue kernels' key limit (manifest.cmake; every shorter d96 / d128 case
-  // above runs the staged ones): d128 causal and windowed problems run the masked 128-key kernel,
-  // unmasked ones the 176-key default kernel (ragged last block, GQA, varlen); d96 its default.
+  // above runs the staged ones): d128 problems whose mask hides much (causal with seqlen_q >=
+  // seqlen_k / 2, any left window) run the masked 128-key kernel, the others the 176-key default
+  // kernel (causal chunked prefill, ragged last block, GQA, varlen); d96 its default.
   add([](FwdCase& c) { c.seqlen_q = 130; c.seqlen_k = 2100; c.causal = true; c.nheads = 2; c.nheads_k = 1; });
+  add([](FwdCase& c) { c.seqlen_q = 1100; c.seqlen_k = 2100; c.causal = true; c.nheads = 2; c.nheads_k = 1; });
   add([](FwdCase& c) { c.seqlen_q = 200; c.seqlen_k = 2500; c.window_left = 300; c.window_right = 40; c.nheads = 2; c.nheads_k = 2; });
   add([](FwdCase& c) { c.seqlen_q = 300; c.seqlen_k = 2100; c.nheads = 4; c.nheads_k = 2; });
   add([](FwdCase& c) { c.dtype = DType::kFloat16; c.seqlen_q = 129; c.seqlen_k = 2113; c.nheads = 2; c.nheads_k = 1; });

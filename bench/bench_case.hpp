@@ -37,6 +37,10 @@ struct Case {
   float softcap = 0.f;
   bool deterministic = false;        // backward only
   std::string variant = "default";  // a name from fwd_variants()
+  // Forward experiments (FwdTuning): a forced kernel name (empty: the dispatcher's choice) and
+  // the L2 section size of the tile order (0: from the L2 size).
+  std::string kernel;
+  int32_t l2_section_pairs = 0;
 };
 
 // Number of (query row, key) score pairs one (batch, head) computes under the case's mask.

@@ -53,7 +53,10 @@ struct CliOptions {
   bool deterministic = false;
   std::string dtype = "bf16";
   std::string direction = "fwd";
-  // Common.
+  // Common: forward experiments, each value a separate case run right after the others of its
+  // shape (an A/B in one process, no rebuild).
+  std::vector<std::string> kernels;        // empty: the dispatcher's choice
+  std::vector<int32_t> l2_section_pairs;  // empty: sized from the L2 cache
   TimingOptions timing;
   uint64_t seed = 0x5eedu;
   int device = 0;
@@ -104,6 +107,12 @@ void add_options(CLI::App& app, CliOptions& o) {
   app.add_option("--dtype", o.dtype, "Data type (single shape and --table2)")
       ->check(CLI::IsMember({"bf16", "fp16", "e4m3"}))->excludes(grid)->capture_default_str();
 
+  app.add_option("--kernels", o.kernels,
+                 "Forward: time each of these compiled kernels (names as in the kernel column) per shape")
+      ->delimiter(',');
+  app.add_option("--l2-section-pairs", o.l2_section_pairs,
+                 "Forward: time each of these L2 section sizes ((batch, head) pairs; 0: from the L2 size)")
+      ->delimiter(',')->check(CLI::Range(0, 1 << 30));
   app.add_option("--warmup", o.timing.warmup, "Untimed launches before timing")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--reps", o.timing.reps, "Timed launches (the median is reported)")
@@ -144,6 +153,28 @@ std::vector<Case> single_shape_cases(const CliOptions& o) {
     cases.push_back(c);
   }
   return cases;
+}
+
+// One case per (kernel, L2 section) of --kernels x --l2-section-pairs for each forward case, in a
+// row, so that the variants of a shape are timed back to back.
+std::vector<Case> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
+  const std::vector<std::string> kernels = o.kernels.empty() ? std::vector<std::string>{""} : o.kernels;
+  const std::vector<int32_t> sections = o.l2_section_pairs.empty() ? std::vector<int32_t>{0} : o.l2_section_pairs;
+  std::vector<Case> out;
+  for (const Case& c : cases) {
+    if (c.direction != Direction::kFwd) {
+      out.push_back(c);
+      continue;
+    }
+    for (const std::string& k : kernels)
+      for (int32_t s : sections) {
+        Case v = c;
+        v.kernel = k;
+        v.l2_section_pairs = s;
+        out.push_back(v);
+      }
+  }
+  return out;
 }
 
 std::vector<Case> build_cases(const CliOptions& o) {
@@ -216,7 +247,7 @@ void run_all(const std::vector<Case>& cases, const BenchContext& ctx, const std:
 int run(const CliOptions& o) {
   std::vector<Case> cases;
   try {
-    cases = build_cases(o);
+    cases = expand_experiments(build_cases(o), o);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;

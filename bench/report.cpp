@@ -36,7 +36,8 @@ void TablePrinter::print(const Case& c, const CaseResult& r) {
               dtype_label(c.dtype), pair_label(c.hdim, c.hdim_v).c_str(), mask_label(c).c_str(),
               pair_label(c.seqlen_q, c.seqlen_k).c_str(), static_cast<long long>(c.batch),
               pair_label(c.nheads, c.nheads_k).c_str());
-  const std::string variant = c.variant == "default" ? "" : " [" + c.variant + "]";
+  std::string variant = c.variant == "default" ? "" : " [" + c.variant + "]";
+  if (c.l2_section_pairs > 0) variant += " [l2 section " + std::to_string(c.l2_section_pairs) + "]";
   if (r.supported)
     std::printf("%9.4f %8.1f  %s%s\n", r.timing.median_ms, r.tflops, r.kernel.c_str(),
                 variant.c_str());
@@ -66,6 +67,7 @@ nlohmann::ordered_json json_record(const Case& c, const CaseResult& r, const Ben
   j["window_right"] = c.window_right;
   j["softcap"] = c.softcap;
   j["variant"] = c.variant;
+  if (c.direction == Direction::kFwd) j["l2_section_pairs"] = c.l2_section_pairs;  // 0: from the L2 size
   if (c.direction == Direction::kBwd) j["deterministic"] = c.deterministic;
   if (r.supported) {
     j["flops"] = r.flops;

@@ -89,6 +89,8 @@ hopattn::FwdParams make_fwd_params(const Case& c, const BufferSet& b) {
   p.softcap = c.softcap;
   const FwdVariant& variant = find_fwd_variant(c.variant);
   if (variant.apply) variant.apply(p);
+  if (!c.kernel.empty()) p.tuning.kernel = c.kernel.c_str();  // c outlives p
+  p.tuning.l2_section_pairs = c.l2_section_pairs;
   return p;
 }
 

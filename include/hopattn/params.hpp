@@ -51,6 +51,11 @@ struct FwdTuning {
   bool disable_pingpong = false;          // consumer warpgroups issue GEMMs without the token
   bool disable_intra_wg_overlap = false;  // GEMMs waited for before the softmax (bf16, d=128 only)
   bool disable_lpt = false;               // causal/window tiles in plain order, not longest-first
+
+  // Experiment knobs, so that one build can compare choices side by side in one process (no
+  // thermal or build differences between the variants): the defaults are the measured choices.
+  const char* kernel = nullptr;  // run this compiled forward kernel (a Plan::kernel name), not the dispatcher's choice
+  int32_t l2_section_pairs = 0;  // > 0: (batch, head) pairs per L2 section of the tile order; 0: sized from the L2 size
 };
 
 struct FwdParams {

@@ -69,6 +69,7 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
   fill_problem_args(a, p, prob, dev);
   a.disable_pingpong = p.tuning.disable_pingpong;
   a.disable_lpt = p.tuning.disable_lpt;
+  a.l2_section_pairs = p.tuning.l2_section_pairs;
   if (prob.dtype == DType::kFloat8E4M3) {
     const Fp8BlockDescale& bd = p.block_descale;
     a.q_descale = p.q_descale;
@@ -96,6 +97,29 @@ bool mask_hides_much(const FwdProblem& prob) {
   return 2 * int64_t(prob.seqlen_q) >= prob.seqlen_k;
 }
 
+// FwdTuning::kernel: the compiled kernel of that name, which must serve the problem's dtype, head
+// dim and ablation setting (any of a head dim's kernels computes any problem; only speed differs).
+const kernels::FwdKernel& forced_fwd_kernel(const FwdProblem& prob, const FwdTuning& tuning) {
+  const std::string name = tuning.kernel;
+  std::string compiled;
+  for (const kernels::FwdKernel* k = kernels::fwd_kernels(); k->name != nullptr; ++k) {
+    if (name != k->name) {
+      if (k->dtype == prob.dtype && k->head_dim == prob.head_dim)
+        compiled += (compiled.empty() ? "" : ", ") + std::string(k->name);
+      continue;
+    }
+    if (k->dtype != prob.dtype || k->head_dim != prob.head_dim)
+      detail::fail("tuning.kernel", "'" + name + "' is a " + dtype_name(k->dtype) + " head dim " +
+                                        std::to_string(k->head_dim) + " kernel; the problem is " +
+                                        dtype_name(prob.dtype) + " head dim " + std::to_string(prob.head_dim));
+    if (k->ablation_no_overlap != tuning.disable_intra_wg_overlap)
+      detail::fail("tuning.kernel", "'" + name + "' disagrees with tuning.disable_intra_wg_overlap");
+    return *k;
+  }
+  detail::fail("tuning.kernel", "no compiled forward kernel is named '" + name + "' (for this problem: " +
+                                    (compiled.empty() ? std::string("none") : compiled) + ")");
+}
+
 const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdParams& p) {
   const FwdTuning& tuning = p.tuning;
   const bool ablation = tuning.disable_intra_wg_overlap;
@@ -107,7 +131,9 @@ const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdPar
       detail::not_supported("tuning.disable_intra_wg_overlap", "the ablation kernel is bf16 head dim 128 only");
   }
   const kernels::FwdKernel* k =
-      kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation, prob.seqlen_k, mask_hides_much(prob));
+      tuning.kernel != nullptr
+          ? &forced_fwd_kernel(prob, tuning)
+          : kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation, prob.seqlen_k, mask_hides_much(prob));
   if (k == nullptr && ablation)
     detail::not_supported("tuning.disable_intra_wg_overlap",
                           "the no-overlap ablation kernel exists for bf16 head dim 128 only");

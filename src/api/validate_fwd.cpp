@@ -69,6 +69,9 @@ void check_kv_cache_args(const FwdParams& p) {
 FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev) {
   check_device(dev);
   check_kv_cache_args(p);  // first: a paged cache's leading dim is not q's batch
+  if (p.tuning.l2_section_pairs < 0)
+    fail("tuning.l2_section_pairs", "must be >= 0 (0 = sized from the L2 cache), got " +
+                                        std::to_string(p.tuning.l2_section_pairs));
   const VarlenArgs vl{p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_q, p.seqused_k,
                       p.batch_varlen, p.max_seqlen_q, p.max_seqlen_k};
   AttnShape s = check_qkv(p.q, p.k, p.v, vl, dev);

@@ -26,6 +26,8 @@ struct AttnCase {
   int row_pad = 0;                      // extra elements per row: non-contiguous seq/batch strides
   bool deterministic = false;           // backward only: ordered dQ accumulation
   bool no_overlap = false;              // forward only: the Table 2 ablation kernel (bf16 d128)
+  std::string force_kernel;             // forward only: FwdTuning::kernel (empty: the dispatcher's)
+  int l2_section_pairs = 0;             // forward only: FwdTuning::l2_section_pairs
 
   std::string name() const {
     std::ostringstream os;
@@ -39,6 +41,8 @@ struct AttnCase {
     if (row_pad) os << "_strided";
     if (deterministic) os << "_det";
     if (no_overlap) os << "_nooverlap";
+    if (!force_kernel.empty()) os << "_run_" << force_kernel;
+    if (l2_section_pairs > 0) os << "_l2sec" << l2_section_pairs;
     std::string s = os.str();
     for (char& ch : s)
       if (ch == '-') ch = 'm';  // test names: letters, digits and '_' only

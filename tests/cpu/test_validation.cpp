@@ -99,6 +99,36 @@ TEST_F(FwdFixture, KernelFollowsKeyLengthAndMask) {
   EXPECT_EQ(plan_for(64, 8192, false, 512), "fwd_sm90_bf16_hd128_masked");
 }
 
+// FwdTuning::kernel forces a compiled kernel of the problem's dtype and head dim (A/B runs on
+// one build); anything else is an argument error naming tuning.kernel.
+TEST_F(FwdFixture, ForcedKernel) {
+  p.tuning.kernel = "fwd_sm90_bf16_hd128_masked";
+  try {
+    EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_masked");
+  } catch (const Error& e) {
+    GTEST_SKIP() << "bf16 head dim 128 not in this build: " << e.what();
+  }
+  p.tuning.kernel = "fwd_sm90_bf16_hd128_no_overlap";
+  expect_error(ErrorCode::kInvalidArgument, "tuning.kernel", "disagrees with tuning.disable_intra_wg_overlap");
+  p.tuning.disable_intra_wg_overlap = true;
+  EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_no_overlap");
+  p.tuning.disable_intra_wg_overlap = false;
+  p.tuning.kernel = "fwd_sm90_bf16_hd129";
+  expect_error(ErrorCode::kInvalidArgument, "tuning.kernel", "no compiled forward kernel is named 'fwd_sm90_bf16_hd129'");
+  p.tuning.kernel = "fwd_sm90_fp16_hd128";  // compiled with fp16, but q is bf16
+  try {
+    plan_fwd(p, fake_hopper());
+    FAIL() << "a fp16 kernel ran a bf16 problem";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "tuning.kernel") << e.what();
+  }
+}
+
+TEST_F(FwdFixture, L2SectionPairs) {
+  p.tuning.l2_section_pairs = -1;
+  expect_error(ErrorCode::kInvalidArgument, "tuning.l2_section_pairs", "must be >= 0");
+}
+
 TEST_F(FwdFixture, DtypeMismatch) {
   p.k.dtype = DType::kFloat16;
   expect_error(ErrorCode::kInvalidArgument, "k", "dtype");

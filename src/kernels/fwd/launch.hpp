@@ -147,7 +147,8 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   p.num_tiles = int(num_tiles);
   const double kv_bytes_per_head = 2.0 * std::max(a.seqlen_k, 1) * T::kHeadDim * sizeof(Element);
   const int64_t kv_heads_fit = std::max<int64_t>(1, int64_t(0.5 * l2_cache_bytes() / kv_bytes_per_head));
-  p.heads_per_l2_section = int(std::min<int64_t>(pairs, kv_heads_fit * p.head_group));
+  const int64_t section = a.l2_section_pairs > 0 ? a.l2_section_pairs : kv_heads_fit * p.head_group;
+  p.heads_per_l2_section = int(std::min<int64_t>(pairs, section));
   p.longest_first = a.has_window() && !a.disable_lpt;
   return p;
 }

@@ -46,7 +46,8 @@ struct Fp8BlockDescale {
 };
 
 // Switches that turn off one technique of the forward kernel, for the ablation benchmark (the
-// paper's Table 2). Leave them at their defaults: each one makes the kernel slower.
+// paper's Table 2), and knobs for experiments. Leave them at their defaults: those are the
+// measured choices, and each switch makes the kernel slower.
 struct FwdTuning {
   bool disable_pingpong = false;          // consumer warpgroups issue GEMMs without the token
   bool disable_intra_wg_overlap = false;  // GEMMs waited for before the softmax (bf16, d=128 only)

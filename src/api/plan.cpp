@@ -113,7 +113,8 @@ const kernels::FwdKernel& forced_fwd_kernel(const FwdProblem& prob, const FwdTun
                                         std::to_string(k->head_dim) + " kernel; the problem is " +
                                         dtype_name(prob.dtype) + " head dim " + std::to_string(prob.head_dim));
     if (k->ablation_no_overlap != tuning.disable_intra_wg_overlap)
-      detail::fail("tuning.kernel", "'" + name + "' disagrees with tuning.disable_intra_wg_overlap");
+      detail::fail("tuning.kernel", "'" + name + "' disagrees with tuning.disable_intra_wg_overlap (set it to " +
+                                        (k->ablation_no_overlap ? "true" : "false") + " for this kernel)");
     return *k;
   }
   detail::fail("tuning.kernel", "no compiled forward kernel is named '" + name + "' (for this problem: " +

@@ -101,24 +101,24 @@ bool mask_hides_much(const FwdProblem& prob) {
 // dim and ablation setting (any of a head dim's kernels computes any problem; only speed differs).
 const kernels::FwdKernel& forced_fwd_kernel(const FwdProblem& prob, const FwdTuning& tuning) {
   const std::string name = tuning.kernel;
-  std::string compiled;
-  for (const kernels::FwdKernel* k = kernels::fwd_kernels(); k->name != nullptr; ++k) {
-    if (name != k->name) {
-      if (k->dtype == prob.dtype && k->head_dim == prob.head_dim)
-        compiled += (compiled.empty() ? "" : ", ") + std::string(k->name);
-      continue;
-    }
-    if (k->dtype != prob.dtype || k->head_dim != prob.head_dim)
-      detail::fail("tuning.kernel", "'" + name + "' is a " + dtype_name(k->dtype) + " head dim " +
-                                        std::to_string(k->head_dim) + " kernel; the problem is " +
-                                        dtype_name(prob.dtype) + " head dim " + std::to_string(prob.head_dim));
-    if (k->ablation_no_overlap != tuning.disable_intra_wg_overlap)
-      detail::fail("tuning.kernel", "'" + name + "' disagrees with tuning.disable_intra_wg_overlap (set it to " +
-                                        (k->ablation_no_overlap ? "true" : "false") + " for this kernel)");
-    return *k;
+  const kernels::FwdKernel* k = kernels::fwd_kernels();
+  while (k->name != nullptr && name != k->name) ++k;
+  if (k->name == nullptr) {
+    std::string compiled;  // the kernels that could serve this problem, for the message
+    for (const kernels::FwdKernel* c = kernels::fwd_kernels(); c->name != nullptr; ++c)
+      if (c->dtype == prob.dtype && c->head_dim == prob.head_dim)
+        compiled += (compiled.empty() ? "" : ", ") + std::string(c->name);
+    detail::fail("tuning.kernel", "no compiled forward kernel is named '" + name + "' (for this problem: " +
+                                      (compiled.empty() ? std::string("none") : compiled) + ")");
   }
-  detail::fail("tuning.kernel", "no compiled forward kernel is named '" + name + "' (for this problem: " +
-                                    (compiled.empty() ? std::string("none") : compiled) + ")");
+  if (k->dtype != prob.dtype || k->head_dim != prob.head_dim)
+    detail::fail("tuning.kernel", "'" + name + "' is a " + dtype_name(k->dtype) + " head dim " +
+                                      std::to_string(k->head_dim) + " kernel; the problem is " +
+                                      dtype_name(prob.dtype) + " head dim " + std::to_string(prob.head_dim));
+  if (k->ablation_no_overlap != tuning.disable_intra_wg_overlap)
+    detail::fail("tuning.kernel", "'" + name + "' disagrees with tuning.disable_intra_wg_overlap (set it to " +
+                                      (k->ablation_no_overlap ? "true" : "false") + " for this kernel)");
+  return *k;
 }
 
 const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdParams& p) {

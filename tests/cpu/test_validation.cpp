@@ -10,6 +10,7 @@
 
 #include "hopattn/hopattn.h"
 #include "hopattn/hopattn.hpp"
+#include "kernels/fwd/l2_sections.hpp"
 
 namespace hopattn {
 namespace {
@@ -129,6 +130,20 @@ TEST_F(FwdFixture, ForcedKernel) {
 TEST_F(FwdFixture, L2SectionPairs) {
   p.tuning.l2_section_pairs = -1;
   expect_error(ErrorCode::kInvalidArgument, "tuning.l2_section_pairs", "must be >= 0");
+}
+
+// The tile order's L2 sections (kernels/fwd/l2_sections.hpp): 8 query heads up to 2048 keys, half
+// of L2 of K and V beyond; always whole KV-head groups.
+TEST(L2Sections, ShortKeysTakeEightHeadsLongKeysFillHalfOfL2) {
+  using hopattn::kernels::fwd::l2_section_pairs;
+  constexpr int64_t kL2 = 50 << 20, kMiB = 1 << 20;
+  EXPECT_EQ(l2_section_pairs(1024, kMiB / 2, 1, kL2), 8);
+  EXPECT_EQ(l2_section_pairs(2048, kMiB, 1, kL2), 8);
+  EXPECT_EQ(l2_section_pairs(2048, kMiB, 3, kL2), 9);    // 3 KV groups of 3 query heads
+  EXPECT_EQ(l2_section_pairs(2048, kMiB, 16, kL2), 16);  // one KV head shared by 16 query heads
+  EXPECT_EQ(l2_section_pairs(4096, 2 * kMiB, 1, kL2), 12);
+  EXPECT_EQ(l2_section_pairs(4096, 2 * kMiB, 4, kL2), 48);
+  EXPECT_EQ(l2_section_pairs(1 << 20, 512 * kMiB, 2, kL2), 2);  // K/V larger than L2: one group
 }
 
 TEST_F(FwdFixture, DtypeMismatch) {

@@ -12,6 +12,7 @@
 
 #include "api/cuda_check.hpp"
 #include "kernels/fwd/kernel.hpp"
+#include "kernels/fwd/l2_sections.hpp"
 #include "kernels/fwd_args.hpp"
 
 namespace hopattn::kernels::fwd {
@@ -43,6 +44,7 @@ inline int l2_cache_bytes() {
   }();
   return bytes;
 }
+
 
 // The fields every kernel's parameters take from ProblemArgs unchanged: lengths, varlen arrays,
 // heads (seq_info() reads these on the device).
@@ -145,9 +147,9 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
                                                    std::to_string(T::kBlockM) + ")");
   p.num_m_blocks = int(num_m_blocks);
   p.num_tiles = int(num_tiles);
-  const double kv_bytes_per_head = 2.0 * std::max(a.seqlen_k, 1) * T::kHeadDim * sizeof(Element);
-  const int64_t kv_heads_fit = std::max<int64_t>(1, int64_t(0.5 * l2_cache_bytes() / kv_bytes_per_head));
-  const int64_t section = a.l2_section_pairs > 0 ? a.l2_section_pairs : kv_heads_fit * p.head_group;
+  const int64_t kv_bytes_per_head = 2 * int64_t(std::max(a.seqlen_k, 1)) * T::kHeadDim * int64_t(sizeof(Element));
+  const int64_t section =
+      a.l2_section_pairs > 0 ? a.l2_section_pairs : l2_section_pairs(a.seqlen_k, kv_bytes_per_head, p.head_group, l2_cache_bytes());
   p.heads_per_l2_section = int(std::min<int64_t>(pairs, section));
   p.longest_first = a.has_window() && !a.disable_lpt;
   return p;

@@ -10,7 +10,7 @@
 //
 // Order of tiles, for L2 reuse and load balance:
 //  * (head, batch) pairs are cut into L2 sections of heads_per_l2_section pairs, sized on the
-//    host so that one section's K and V fit in about half of L2;
+//    host (l2_sections.hpp: 8 heads up to 2048 keys, about half of L2 of K and V beyond);
 //  * inside a section the head index runs fastest, so the CTAs running at one time share few
 //    K/V heads;
 //  * with a causal or windowed mask, m blocks go longest-first (the tiles near the end of the

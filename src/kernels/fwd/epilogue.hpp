@@ -122,16 +122,15 @@ struct Epilogue {
     }
   }
 
-  // Register stores with row bounds checks. Two consumer warpgroups: 16-byte stores. The four
-  // threads of a quad share a row and hold 2 adjacent columns of each 8-column group; a 4x4
-  // transpose over the quad (4 shuffles per 4 groups) hands each thread one whole group, stored
-  // with one 16-byte STG instead of four 4-byte ones that half-fill their sectors (measured on an
-  // H200 in session 7: +5..10% at d256 1k-2k, +1.4% at d128 4k; perf-log). `out` rows are 16-byte aligned (validated for TMA). The
-  // shuffles run for every row so that all lanes take part; only the stores are predicated. The
-  // values are converted 8 at a time from the accumulator, so no converted copy of O is live.
-  // 4-byte stores instead for three warpgroups (d64, 160 registers: the transpose spilled 8 bytes,
-  // no gain) and for d256 (+8% at 1k measured, but ptxas then spills one register around an
-  // mbarrier wait's retry loop: not taken until that spill is gone, perf-log session 7).
+  // Register stores with row bounds checks. Two consumer warpgroups, d <= 192: 16-byte stores. The
+  // four threads of a quad share a row and hold 2 adjacent columns of each 8-column group; a 4x4
+  // transpose over the quad (4 shuffles per 4 groups) hands each thread one whole group, stored with
+  // one 16-byte STG instead of four 4-byte ones that half-fill their sectors (+1.4% at d128 4k, +8%
+  // at d256 1k on an H200, perf-log session 7). `out` rows are 16-byte aligned (validated for TMA).
+  // The shuffles run for every row so that all lanes take part; only the stores are predicated.
+  // Values are converted 8 at a time from the accumulator, so no converted copy of O is live.
+  // 4-byte stores for three warpgroups (d64, 160 registers: the transpose spilled 8 bytes, no gain)
+  // and for d256, where ptxas then spills one register around an mbarrier wait's retry loop.
   template <class Out, class TensorO, class TensorC>
   __device__ __forceinline__ static void write_rows(const FwdKernelParams<T>& p, TensorO& tOrO, const TensorC& tOcO,
                                                     const TileCoord& c, const SeqInfo& si, int row0) {

@@ -56,7 +56,7 @@ struct FwdTuning {
   // Experiment knobs, so that one build can compare choices side by side in one process (no
   // thermal or build differences between the variants): the defaults are the measured choices.
   const char* kernel = nullptr;  // run this compiled forward kernel (a Plan::kernel name), not the dispatcher's choice
-  int32_t l2_section_pairs = 0;  // > 0: (batch, head) pairs per L2 section of the tile order; 0: sized from the L2 size
+  int32_t l2_section_pairs = 0;  // > 0: (batch, head) pairs per L2 section of the tile order; 0: the library's rule
 };
 
 struct FwdParams {

@@ -70,7 +70,7 @@ FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev) {
   check_device(dev);
   check_kv_cache_args(p);  // first: a paged cache's leading dim is not q's batch
   if (p.tuning.l2_section_pairs < 0)
-    fail("tuning.l2_section_pairs", "must be >= 0 (0 = sized from the L2 cache), got " +
+    fail("tuning.l2_section_pairs", "must be >= 0 (0 = the library's rule), got " +
                                         std::to_string(p.tuning.l2_section_pairs));
   const VarlenArgs vl{p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_q, p.seqused_k,
                       p.batch_varlen, p.max_seqlen_q, p.max_seqlen_k};

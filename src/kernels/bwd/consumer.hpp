@@ -2,13 +2,16 @@
 // tile and keeps their dK and dV accumulators in registers for the whole tile. One step per
 // query block m (of every query head in the KV head's group):
 //
-//   S^T = K Q_m^T ; dP^T = V dO_m^T                  (issued together, SS)
-//   wait S^T : P^T = exp2(S^T * scale_log2 - lse_log2)   (softcap, mask on the way)
-//   wait dP^T: dS^T = P^T * (dP^T - dsum)                 (softcap: times 1 - tanh^2)
-//   dV += P^T dO_m ; dK += dS^T Q_m                  (RS: P^T, dS^T straight from registers)
+//   S^T = K Q_m^T ; dP^T = V dO_m^T                  (SS)
+//   P^T = exp2(S^T * scale_log2 - lse_log2)          (softcap, mask on the way; dP^T runs)
+//   dV += P^T dO_m                                   (RS: P^T straight from registers)
+//   wait dP^T: dS^T = P^T * (dP^T - dsum)             (softcap: times 1 - tanh^2)
+//   dK += dS^T Q_m                                   (RS)
 //   dS^T -> shared memory (stmatrix); both warpgroups sync (ds_ready)
 //   dQ[:, half w] = dS K[:, half w]                  (SS over all 128 keys)
-//   wait all, free the Q/dO stage; store the dQ half into smem.dq and arrive on dq_full.
+//   wait dV, dK: free the Q/dO stage
+//   [d > 64: issue the next step's S^T here, so that it runs under the dQ hand-off]
+//   wait dQ: store the dQ half into smem.dq and arrive on dq_full.
 // dK is scaled by softmax_scale in the epilogue (dQ in the postprocess kernel).
 #pragma once
 
@@ -27,9 +30,35 @@ namespace hopattn::kernels::bwd {
 // Named barrier ids of the backward kernel (0 is __syncthreads).
 constexpr int kDsReadyBarrier = 1;  // both warpgroups' dS of this step are in shared memory
 
+// The shared-memory operands of one step as WGMMA descriptor tensors, in the order
+// (K, V, Q, dO, dO^T, Q^T, dS, K^T). With T::kRebuildDescriptorsPerStep they are built inside
+// the step loop from a base offset by `salt` (always 0, but read from the kernel parameters):
+// left to itself, ptxas hoists the ~40 loop-invariant descriptor words out of the loop into
+// regular registers and, at d = 128, spills the loop state around them; rebuilt per step they
+// cost a few uniform adds each. Slicing with the warp-uniform warpgroup index keeps them in
+// uniform registers.
+template <class T, class MSdP, class MDkv, class MDq>
+__device__ __forceinline__ auto operand_views(typename T::SharedStorage& smem, int salt, int wg, MSdP& mma_sdp,
+                                              MDkv& mma_dkv, MDq& mma_dq) {
+  using namespace cute;
+  auto view = [salt](auto* ptr, auto layout) { return make_tensor(make_smem_ptr(ptr + salt), layout); };
+  auto sdp = mma_sdp.get_thread_slice(wg * 128);
+  auto dkv = mma_dkv.get_thread_slice(wg * 128);
+  auto dq = mma_dq.get_thread_slice(wg * 128);
+  return make_tuple(sdp.partition_fragment_A(view(smem.k.data(), typename T::SmemLayoutK{})),      // (MMA, M, K)
+                    sdp.partition_fragment_A(view(smem.v.data(), typename T::SmemLayoutV{})),
+                    sdp.partition_fragment_B(view(smem.q.data(), typename T::SmemLayoutQ{})),      // (MMA, N, K, stage)
+                    sdp.partition_fragment_B(view(smem.dout.data(), typename T::SmemLayoutdO{})),
+                    dkv.partition_fragment_B(view(smem.dout.data(), typename T::SmemLayoutdOt{})),  // (MMA, d, q, stage)
+                    dkv.partition_fragment_B(view(smem.q.data(), typename T::SmemLayoutQt{})),
+                    dq.partition_fragment_A(view(smem.ds.data(), typename T::SmemLayoutdS{})),     // (MMA, q, keys, buf)
+                    dq.partition_fragment_B(view(smem.k.data(), typename T::SmemLayoutKt{})));     // (MMA, d half, keys)
+}
+
 template <class T>
 struct BwdConsumer {
   using Element = typename T::Element;
+  static constexpr bool kOverlapSteps = T::kOverlapSteps;
   static constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
 
   const BwdKernelParams<T>& p;
@@ -110,35 +139,21 @@ struct BwdConsumer {
     fwd::release(smem.dq_full);
   }
 
+  // The query block of the current step: steps walk the query blocks [m_begin, m_end) of each
+  // query head of the KV head's group in turn.
+  struct StepCursor {
+    int m, m_begin, m_end;
+    __device__ __forceinline__ void advance() {
+      if (++m == m_end) m = m_begin;
+    }
+  };
+
   __device__ void run(const fwd::TileScheduler& sched) {
     using namespace cute;
     using fwd::issue_wgmma;
-    Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename T::SmemLayoutQ{});
-    Tensor sdO = make_tensor(make_smem_ptr(smem.dout.data()), typename T::SmemLayoutdO{});
-    Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename T::SmemLayoutK{});
-    Tensor sV = make_tensor(make_smem_ptr(smem.v.data()), typename T::SmemLayoutV{});
-    Tensor sQt = make_tensor(make_smem_ptr(smem.q.data()), typename T::SmemLayoutQt{});
-    Tensor sdOt = make_tensor(make_smem_ptr(smem.dout.data()), typename T::SmemLayoutdOt{});
-    Tensor sKt = make_tensor(make_smem_ptr(smem.k.data()), typename T::SmemLayoutKt{});  // (d, keys)
-    Tensor sdS = make_tensor(make_smem_ptr(smem.ds.data()), typename T::SmemLayoutdS{});    // (q, keys, buf)
-    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename T::SmemLayoutdSt{});  // (keys, q, buf)
-
     typename T::MmaSdP mma_sdp;
     typename T::MmaDKV mma_dkv;
     typename T::MmaDQ mma_dq;
-    // Shared-memory operand descriptors depend only on the warpgroup: slicing with a
-    // warp-uniform index lets them live in uniform registers instead of ~60 regular ones.
-    auto wg_sdp = mma_sdp.get_thread_slice(wg * 128);
-    auto wg_dkv = mma_dkv.get_thread_slice(wg * 128);
-    auto wg_dq = mma_dq.get_thread_slice(wg * 128);
-    Tensor tSrK = wg_sdp.partition_fragment_A(sK);       // (MMA, M, K)
-    Tensor tSrV = wg_sdp.partition_fragment_A(sV);
-    Tensor tSrQ = wg_sdp.partition_fragment_B(sQ);       // (MMA, N, K, stage)
-    Tensor tSrdO = wg_sdp.partition_fragment_B(sdO);
-    Tensor tdVrdOt = wg_dkv.partition_fragment_B(sdOt);  // (MMA, d, queries, stage)
-    Tensor tdKrQt = wg_dkv.partition_fragment_B(sQt);
-    Tensor tdQrdS = wg_dq.partition_fragment_A(sdS);     // (MMA, queries, keys, buf)
-    Tensor tdQrKt = wg_dq.partition_fragment_B(sKt);     // (MMA, d half, keys)
     // Accumulator coordinates depend on the thread.
     Tensor tScS = mma_sdp.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
     Tensor tdKVcdKV =
@@ -148,7 +163,23 @@ struct BwdConsumer {
     // operand layout, four of them per instruction.
     auto ds_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
     auto ds_thr = ds_copy.get_thread_slice(tid);
+    Tensor sdSt = make_tensor(make_smem_ptr(smem.ds.data()), typename T::SmemLayoutdSt{});  // (keys, q, buf)
     Tensor tdSsdS = ds_thr.partition_D(sdSt);  // (CPY, keys, queries, buf)
+
+    // The operand descriptors of a step: built once, or rebuilt in every step from a base
+    // offset by `salt` (T::kRebuildDescriptorsPerStep, see operand_views).
+    const auto hoisted = operand_views<T>(smem, 0, wg, mma_sdp, mma_dkv, mma_dq);
+    auto views = [&](int salt) {
+      if constexpr (T::kRebuildDescriptorsPerStep) return operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
+      else return hoisted;
+    };
+
+    // S^T = K Q^T of the step in `pipe.stage`, once its Q has landed.
+    auto issue_scores = [&](auto& tSrS, int salt) {
+      auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(salt);
+      fwd::wait_full(smem.q_full[pipe.stage], pipe.phase);
+      issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage), tSrS);
+    };
 
     fwd::TileRingState ring;
     int ds_buf = 0;
@@ -160,50 +191,89 @@ struct BwdConsumer {
       Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
       clear(tdVrdV);
       clear(tdKrdK);
+      // Pins the zeros into the accumulators here. Otherwise NVVM materializes them after the
+      // first S^T GEMM is issued, copied from the same zero register that fed that GEMM's
+      // accumulator; ptxas then sees reads of an in-flight accumulator and serializes every WGMMA.
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
       if (!w.empty()) {
         fwd::wait_full(smem.kv_full, kv_pipe.phase);
-        for (int g = 0; g < p.head_group; ++g) {
-          for (int m = w.m_begin; m < w.m_end; ++m) {
-            const int s = pipe.stage;
-            Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
-            Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
-            fwd::wait_full(smem.q_full[s], pipe.phase);
-            issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, s), tSrS);
-            fwd::wait_full(smem.do_full[s], pipe.phase);
-            issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, s), tSrdP);
-            warpgroup_wait<1>();
-            warpgroup_fence_operand(tSrS);
-            scores_to_probs(tSrS, tScS, w, m, smem.lse_log2[s]);
-            // P^T leaves the FP32 accumulator at once: 16 registers instead of 32 while dP^T is
-            // live, and dV starts before dP^T is ready. dS is computed from the rounded P (2^-9
-            // relative, far below what the naive baseline's 16-bit P loses).
-            Tensor tdVrP = make_tensor<Element>(acc_as_a_operand_16bit(tSrS.layout()));
-            convert_into(tSrS, tdVrP);
-            issue_wgmma<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, s), tdVrdV);
-            warpgroup_wait<1>();  // dP^T is ready; dV may still run
-            warpgroup_fence_operand(tSrdP);
-            Tensor tSrP16 = make_tensor(tdVrP.data(), tSrS.layout());  // accumulator-order view
-            probs_to_dscores(tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
-            Tensor tdKrdS = make_tensor<Element>(acc_as_a_operand_16bit(tSrdP.layout()));
-            convert_into(tSrdP, tdKrdS);
-            issue_wgmma<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, s), tdKrdK);
+        const int steps = p.head_group * (w.m_end - w.m_begin);
+        StepCursor cur{w.m_begin, w.m_begin, w.m_end};
+        // Every accumulator is created (and pinned by a fence) once per tile, before any GEMM
+        // is in flight: a fragment created inside the step would get its undefined initial
+        // value from a register that ptxas may have merged with the in-flight S^T accumulator.
+        Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+        Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
+        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
+        warpgroup_fence_operand(tSrS);
+        warpgroup_fence_operand(tSrdP);
+        warpgroup_fence_operand(tdQrdQ);
+        // One step. With kPrefetch, S^T of the next step is issued behind this step's dQ GEMM.
+        // The last step is a separate instance so that the number of GEMM batches in flight
+        // never depends on a branch (C7518: ptxas would serialize every WGMMA of the kernel).
+        auto step = [&](int i, auto prefetch) {
+          constexpr bool kPrefetch = decltype(prefetch)::value;
+          const int s = pipe.stage, m = cur.m;
+          const int salt = i & p.opaque_zero;
+          auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(salt);
+          if constexpr (!kOverlapSteps) issue_scores(tSrS, salt);
+          fwd::wait_full(smem.do_full[s], pipe.phase);
+          issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, s), tSrdP);
+          if constexpr (!kOverlapSteps) warpgroup_wait<1>();  // else S^T completed in the previous step
+          warpgroup_fence_operand(tSrS);
+          scores_to_probs(tSrS, tScS, w, m, smem.lse_log2[s]);
+          // P^T leaves the FP32 accumulator at once: 16 registers instead of 32 while dP^T is
+          // live, and dV starts before dP^T is ready. dS is computed from the rounded P (2^-9
+          // relative, far below what the naive baseline's 16-bit P loses).
+          Tensor tdVrP = make_tensor<Element>(acc_as_a_operand_16bit(tSrS.layout()));
+          convert_into(tSrS, tdVrP);
+          issue_wgmma<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, s), tdVrdV);
+          warpgroup_wait<1>();  // dP^T is ready; dV may still run
+          warpgroup_fence_operand(tSrdP);
+          Tensor tSrP16 = make_tensor(tdVrP.data(), tSrS.layout());  // accumulator-order view
+          probs_to_dscores(tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
+          Tensor tdKrdS = make_tensor<Element>(acc_as_a_operand_16bit(tSrdP.layout()));
+          convert_into(tSrdP, tdKrdS);
+          issue_wgmma<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, s), tdKrdK);
 
-            Tensor tdSrdS = ds_thr.retile_S(make_tensor(tdKrdS.data(), tSrdP.layout()));  // accumulator order
-            copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_buf));
-            cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
-            named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
-            Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-            auto tdQrdS_buf = tdQrdS(_, _, _, ds_buf);  // an lvalue: issue_wgmma takes A by reference
-            issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
-            ds_buf ^= 1;
-            warpgroup_wait<0>();
-            warpgroup_fence_operand(tdVrdV);
-            warpgroup_fence_operand(tdKrdK);
+          Tensor tdSrdS = ds_thr.retile_S(make_tensor(tdKrdS.data(), tSrdP.layout()));  // accumulator order
+          copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_buf));
+          cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
+          named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
+          auto tdQrdS_buf = tdQrdS(_, _, _, ds_buf);  // an lvalue: issue_wgmma takes A by reference
+          issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
+          ds_buf ^= 1;
+          // dV and dK (the last readers of this Q/dO stage) are done once only dQ is pending.
+          warpgroup_wait<1>();
+          warpgroup_fence_operand(tdVrdV);
+          warpgroup_fence_operand(tdKrdK);
+          fwd::release(smem.qdo_empty[s]);
+          pipe.advance();
+          cur.advance();
+          if constexpr (kPrefetch) {
+            // The next S^T queues behind dQ: the tensor cores stay busy through the dQ hand-off.
+            // Live here: dK, dV, dQ and S^T (192 registers). It is waited for before the loop
+            // turns: an accumulator in flight across the back edge makes ptxas serialize every
+            // WGMMA of the kernel (C7514).
+            issue_scores(tSrS, salt);
+            warpgroup_wait<1>();
             warpgroup_fence_operand(tdQrdQ);
-            fwd::release(smem.qdo_empty[s]);
-            pipe.advance();
+            hand_off_dq(tdQrdQ);
+            warpgroup_wait<0>();
+          } else {
+            warpgroup_wait<0>();
+            warpgroup_fence_operand(tdQrdQ);
             hand_off_dq(tdQrdQ);
           }
+        };
+        if constexpr (kOverlapSteps) {
+          issue_scores(tSrS, 0);
+          warpgroup_wait<0>();
+          for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{});
+          step(steps - 1, cute::false_type{});
+        } else {
+          for (int i = 0; i < steps; ++i) step(i, cute::false_type{});
         }
         fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
         kv_pipe.advance();

@@ -42,9 +42,26 @@ struct BwdTraits {
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
   // The pool setmaxnreg redistributes is what the launch allocated: 168 x 384 threads =
   // 24 x 128 + 240 x 256. Asking for more faults.
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = 240;
+  // 32 x 128 + 232 x 256 = 63488. The consumers need 226 at d = 128; the load and dQ-writer
+  // warps spill at 24.
+  static constexpr int kProducerRegs = 32;
+  static constexpr int kConsumerRegs = 232;
   static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
+
+  // Measured choices (docs/perf-log.md, session 8), by the size of the dK + dV accumulators:
+  // * kRebuildDescriptorsPerStep: rebuild the shared-memory operand descriptors in every step
+  //   rather than once per kernel. Once per kernel, ptxas holds them in ~40 registers, which at
+  //   d = 128 pushed the loop state out to local memory (320 B of spills, 13 reloads per step);
+  //   at d = 64 the hoisted descriptors fit and let the short GEMMs issue back to back.
+  // * kOverlapSteps: issue the next step's S^T = K Q^T behind this step's dQ GEMM, so that the
+  //   dQ hand-off runs under a GEMM (needs 32 more live registers; at d = 64 it measured slower).
+  //   HOPATTN_EXP_SERIAL_STEPS turns it off everywhere, for the ablation.
+  static constexpr bool kRebuildDescriptorsPerStep = kHeadDim > 64;
+#ifdef HOPATTN_EXP_SERIAL_STEPS
+  static constexpr bool kOverlapSteps = false;
+#else
+  static constexpr bool kOverlapSteps = kHeadDim > 64;
+#endif
   static_assert(kBlockM % 64 == 0, "whole WGMMA M-tiles of queries per step");
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;

@@ -200,19 +200,12 @@ struct BwdConsumer {
         fwd::wait_full(smem.kv_full, kv_pipe.phase);
         const int steps = p.head_group * (w.m_end - w.m_begin);
         StepCursor cur{w.m_begin, w.m_begin, w.m_end};
-        // Every accumulator is created (and pinned by a fence) once per tile, before any GEMM
-        // is in flight: a fragment created inside the step would get its undefined initial
-        // value from a register that ptxas may have merged with the in-flight S^T accumulator.
-        Tensor tSrS = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
-        Tensor tSrdP = partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{});
-        Tensor tdQrdQ = partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{});
-        warpgroup_fence_operand(tSrS);
-        warpgroup_fence_operand(tSrdP);
-        warpgroup_fence_operand(tdQrdQ);
+        auto fresh_scores = [&] { return partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{}); };
+        auto fresh_dq = [&] { return partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}); };
         // One step. With kPrefetch, S^T of the next step is issued behind this step's dQ GEMM.
         // The last step is a separate instance so that the number of GEMM batches in flight
         // never depends on a branch (C7518: ptxas would serialize every WGMMA of the kernel).
-        auto step = [&](int i, auto prefetch) {
+        auto step = [&](int i, auto prefetch, auto& tSrS, auto& tSrdP, auto& tdQrdQ) {
           constexpr bool kPrefetch = decltype(prefetch)::value;
           const int s = pipe.stage, m = cur.m;
           const int salt = i & p.opaque_zero;
@@ -268,12 +261,28 @@ struct BwdConsumer {
           }
         };
         if constexpr (kOverlapSteps) {
+          // With S^T crossing steps, every accumulator is created (and pinned by a fence) once
+          // per tile, before any GEMM is in flight: a fragment created inside the step would
+          // get its undefined initial value from a register that ptxas may have merged with the
+          // in-flight S^T accumulator.
+          auto tSrS = fresh_scores();
+          auto tSrdP = fresh_scores();
+          auto tdQrdQ = fresh_dq();
+          warpgroup_fence_operand(tSrS);
+          warpgroup_fence_operand(tSrdP);
+          warpgroup_fence_operand(tdQrdQ);
           issue_scores(tSrS, 0);
           warpgroup_wait<0>();
-          for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{});
-          step(steps - 1, cute::false_type{});
+          for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, tSrS, tSrdP, tdQrdQ);
+          step(steps - 1, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
         } else {
-          for (int i = 0; i < steps; ++i) step(i, cute::false_type{});
+          for (int i = 0; i < steps; ++i) {
+            // Fresh accumulators in every step: 1-2% faster at d64 than ones kept per tile.
+            auto tSrS = fresh_scores();
+            auto tSrdP = fresh_scores();
+            auto tdQrdQ = fresh_dq();
+            step(i, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
+          }
         }
         fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
         kv_pipe.advance();

@@ -40,10 +40,9 @@ struct BwdTraits {
   static constexpr int kNumConsumerWgs = kBlockN / 64;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
-  // The pool setmaxnreg redistributes is what the launch allocated: 168 x 384 threads =
-  // 24 x 128 + 240 x 256. Asking for more faults.
-  // 32 x 128 + 232 x 256 = 63488. The consumers need 226 at d = 128; the load and dQ-writer
-  // warps spill at 24.
+  // The pool setmaxnreg redistributes is what the launch allocated, 168 x 384 threads; asking
+  // for more faults. 32 x 128 + 232 x 256 = 63488 fits: the consumers need 226 at d = 128, and
+  // the load and dQ-writer warps spilled at 24 (with 240 for the consumers).
   static constexpr int kProducerRegs = 32;
   static constexpr int kConsumerRegs = 232;
   static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
@@ -51,7 +50,7 @@ struct BwdTraits {
   // Measured choices (docs/perf-log.md, session 8), by the size of the dK + dV accumulators:
   // * kRebuildDescriptorsPerStep: rebuild the shared-memory operand descriptors in every step
   //   rather than once per kernel. Once per kernel, ptxas holds them in ~40 registers, which at
-  //   d = 128 pushed the loop state out to local memory (320 B of spills, 13 reloads per step);
+  //   d = 128 pushed the loop state out to local memory (320 B of spills, 11 reloads per step);
   //   at d = 64 the hoisted descriptors fit and let the short GEMMs issue back to back.
   // * kOverlapSteps: issue the next step's S^T = K Q^T behind this step's dQ GEMM, so that the
   //   dQ hand-off runs under a GEMM (needs 32 more live registers; at d = 64 it measured slower).

@@ -407,8 +407,8 @@ def parse_args(argv=None):
         if i not in IMPLS + OPTIONAL_IMPLS:
             p.error(f"--impls: unknown {i!r}")
     for h in args.hdims:
-        if h <= 0 or HIDDEN % h:
-            p.error(f"--hdims: {h} does not divide {HIDDEN}")
+        if h <= 0 or h > HIDDEN:  # d192: HIDDEN // 192 = 10 heads
+            p.error(f"--hdims: {h} is not in [1, {HIDDEN}]")
     for s in args.seqlens:
         if s <= 0 or TOKENS % s:
             p.error(f"--seqlens: {s} does not divide {TOKENS}")

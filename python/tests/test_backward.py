@@ -40,7 +40,7 @@ def check_grads(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, determin
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 @pytest.mark.parametrize("seqlen_q,seqlen_k", [(128, 128), (113, 203), (256, 97)])
 @pytest.mark.parametrize("causal", [False, True])
 def test_dense(dtype, head_dim, seqlen_q, seqlen_k, causal):

@@ -177,9 +177,6 @@ kernels::BwdArgs make_bwd_args(const BwdParams& p, const FwdProblem& prob, const
 
 const kernels::BwdKernel& choose_bwd_kernel(const FwdProblem& prob) {
   const kernels::BwdKernel* k = kernels::find_bwd_kernel(prob.dtype, prob.head_dim);
-  if (k == nullptr && prob.head_dim > 128)
-    detail::not_supported("q", "backward for head dim " + std::to_string(prob.head_dim) +
-                                   " (head dims up to 128 are built)");
   if (k == nullptr)
     detail::not_supported("q", std::string("backward for ") + dtype_name(prob.dtype) + " head dim " +
                                    std::to_string(prob.head_dim) + " (no such kernel in this build)");

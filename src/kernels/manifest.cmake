@@ -1,7 +1,7 @@
 # The one list of kernel instantiations compiled into the library: one forward kernel per
 # (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS (more at d96 and d128: see the
 # list of variants below), one backward kernel per
-# (dtype, head dim <= 128), and with HOPATTN_FP8 one e4m3 forward kernel per head dim 64, 128, 256. Each gets its own generated
+# (dtype, head dim), and with HOPATTN_FP8 one e4m3 forward kernel per head dim 64, 128, 256. Each gets its own generated
 # translation unit (parallel builds, per-file compile stats); registry.cpp lists them for the
 # dispatcher. Tile shapes live in src/kernels/fwd/tile_table.hpp.
 set(_gen "${CMAKE_CURRENT_BINARY_DIR}/kernels")
@@ -93,14 +93,12 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
       string(APPEND DECLS "extern const FwdKernel kFwd_${DTYPE}_hd${HDIM}${SUFFIX};\n")
       string(APPEND ENTRIES "    kFwd_${DTYPE}_hd${HDIM}${SUFFIX},\n")
     endforeach()
-    # Backward: head dims up to 128 (src/kernels/bwd/tile_table.hpp says why).
-    if(HDIM LESS_EQUAL 128)
-      set(_src "${_gen}/bwd_${DTYPE}_hd${HDIM}.cu")
-      configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/bwd/instance.cu.in" "${_src}" @ONLY)
-      list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
-      string(APPEND BWD_DECLS "extern const BwdKernel kBwd_${DTYPE}_hd${HDIM};\n")
-      string(APPEND BWD_ENTRIES "    kBwd_${DTYPE}_hd${HDIM},\n")
-    endif()
+    # Backward: one kernel per head dim (src/kernels/bwd/tile_table.hpp picks its shape).
+    set(_src "${_gen}/bwd_${DTYPE}_hd${HDIM}.cu")
+    configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/bwd/instance.cu.in" "${_src}" @ONLY)
+    list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
+    string(APPEND BWD_DECLS "extern const BwdKernel kBwd_${DTYPE}_hd${HDIM};\n")
+    string(APPEND BWD_ENTRIES "    kBwd_${DTYPE}_hd${HDIM},\n")
   endforeach()
 endforeach()
 # FP8 forward: e4m3 inputs, bf16/fp16 output chosen at run time (one kernel per head dim).

@@ -445,20 +445,22 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
   }
 }
 
-TEST(BwdValidation, HeadDimAbove128IsNotSupported) {
-  // Backward kernels exist for head dims up to 128; larger ones must say so, naming q.
+TEST(BwdValidation, EveryHeadDimHasABackwardKernel) {
+  // Head dims 192 and 256 get the split-head-dim kernel (bwd/consumer_wide.hpp); a head dim that
+  // was left out of the build must say so, naming q.
   Arena arena;
-  BwdParams p;
-  for (TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})
-    *t = arena.tensor(DType::kBFloat16, {1, 32, 4, 256});
-  p.lse = arena.tensor(DType::kFloat32, {1, 4, 32});
-  try {
-    plan_bwd(p, fake_hopper());
-    FAIL() << "plan_bwd accepted head dim 256";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();
-    EXPECT_EQ(e.argument(), "q") << e.what();
-    EXPECT_NE(std::string(e.what()).find("head dim 256"), std::string::npos) << e.what();
+  for (int d : {64, 96, 128, 192, 256}) {
+    BwdParams p;
+    for (TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})
+      *t = arena.tensor(DType::kBFloat16, {1, 32, 4, d});
+    p.lse = arena.tensor(DType::kFloat32, {1, 4, 32});
+    try {
+      EXPECT_EQ(plan_bwd(p, fake_hopper()).kernel, "bwd_sm90_bf16_hd" + std::to_string(d));
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();
+      EXPECT_EQ(e.argument(), "q") << e.what();
+      EXPECT_NE(std::string(e.what()).find("head dim " + std::to_string(d)), std::string::npos) << e.what();
+    }
   }
 }
 

@@ -170,6 +170,15 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 1024; c.seqlen_k = 1024; c.causal = true; });
   add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; });
   add([](BwdCase& c) { c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.head_dim = 64; });
+  // The split-head-dim kernel of d192/d256 (bwd/consumer_wide.hpp) under every option.
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 1; c.seqlen_k = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.nheads = 8; c.nheads_k = 1; c.seqlen_q = 190; c.causal = true; });
+  add([](BwdCase& c) { c.head_dim = 192; c.window_left = 100; c.window_right = 30; c.seqlen_q = 500; c.seqlen_k = 700; });
+  add([](BwdCase& c) { c.head_dim = 256; c.softcap = 5.f; c.causal = true; c.seqlen_q = 300; });
+  add([](BwdCase& c) { c.head_dim = 192; c.row_pad = 8; c.seqlen_q = 190; c.seqlen_k = 257; });
+  add([](BwdCase& c) { c.head_dim = 256; c.varlen_q = {100, 0, 257, 1}; c.varlen_k = {64, 5, 300, 0}; c.causal = true; });
+  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; });
+  add([](BwdCase& c) { c.head_dim = 192; c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; });
   return cases;
 }
 

@@ -17,13 +17,14 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/bwd/dq_writer.hpp"
 #include "kernels/bwd/epilogue.hpp"
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
+#include "kernels/bwd/score_grads.hpp"
 #include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/consumer.hpp"
 #include "kernels/fwd/pipeline.hpp"
-#include "kernels/fwd/softmax.hpp"
 
 namespace hopattn::kernels::bwd {
 
@@ -67,86 +68,6 @@ struct BwdConsumer {
   int wg;   // tid / 128, computed warp-uniformly by the caller
   fwd::PipeState<T::kStages> pipe;
   fwd::PipeState<1> kv_pipe, dq_pipe;
-
-  // Scores -> probabilities in place: tanh softcap, mask, exp2 with the row's lse.
-  template <class TS, class TC>
-  __device__ __forceinline__ void scores_to_probs(TS& tSrS, const TC& tScS, const TileWork<T>& w, int m,
-                                                  const float* lse_log2) const {
-    using namespace cute;
-    Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));  // (keys, queries)
-    Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
-    if (p.use_softcap) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fwd::fast_tanh(tSrS(i) * p.softcap_prescale);
-    }
-    if (w.mask.block_needs_mask(m, w.n_block)) w.mask.apply(s_rc, c_rc, m, w.n_block);
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(s_rc); ++j) {
-      const float lse = lse_log2[get<1>(c_rc(0, j))];
-      CUTE_UNROLL
-      for (int i = 0; i < size<0>(s_rc); ++i) s_rc(i, j) = fwd::fast_exp2(s_rc(i, j) * p.scale_log2 - lse);
-    }
-  }
-
-  // dP^T -> dS^T in place (P^T may be FP32 or 16-bit). The softcap test is hoisted out of the
-  // element loop: inside it, it split the loop into one basic block per element.
-  template <class TS, class TDP, class TC>
-  __device__ __forceinline__ void probs_to_dscores(const TS& tSrP, TDP& tSrdP, const TC& tScS, const float* dsum,
-                                                   const float* lse_log2) const {
-    if (p.use_softcap) probs_to_dscores<true>(tSrP, tSrdP, tScS, dsum, lse_log2);
-    else probs_to_dscores<false>(tSrP, tSrdP, tScS, dsum, lse_log2);
-  }
-
-  // With softcap, tanh is recovered from P itself (P = exp2(t * scale_log2 - lse)) rather than
-  // kept in 32 more registers; where P = 0, dS is 0 anyway.
-  template <bool kSoftcap, class TS, class TDP, class TC>
-  __device__ __forceinline__ void probs_to_dscores(const TS& tSrP, TDP& tSrdP, const TC& tScS, const float* dsum,
-                                                   const float* lse_log2) const {
-    using namespace cute;
-    Tensor p_rc = make_tensor(tSrP.data(), acc_as_rowcol(tSrP.layout()));
-    Tensor dp_rc = make_tensor(tSrdP.data(), acc_as_rowcol(tSrdP.layout()));
-    Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
-    CUTE_UNROLL
-    for (int j = 0; j < size<1>(dp_rc); ++j) {
-      const int q = get<1>(c_rc(0, j));
-      const float d = dsum[q];
-      CUTE_UNROLL
-      for (int i = 0; i < size<0>(dp_rc); ++i) {
-        const float prob = float(p_rc(i, j));
-        float ds = prob * (dp_rc(i, j) - d);
-        if constexpr (kSoftcap) {
-          const float t = __fdividef(__log2f(prob) + lse_log2[q], p.scale_log2);
-          ds = prob > 0.f ? ds * (1.f - t * t) : 0.f;
-        }
-        dp_rc(i, j) = ds;
-      }
-    }
-  }
-
-  // Stores this thread's dQ values into smem.dq in register order (element i at float4 slot
-  // (i / 4) * threads + tid: consecutive threads, consecutive 16 bytes, no bank conflicts) once
-  // the writer has read the previous block, and tells the writer.
-  template <class TQ>
-  __device__ __forceinline__ void hand_off_dq(const TQ& tdQrdQ) {
-    float4* buf = reinterpret_cast<float4*>(smem.dq);
-    fwd::wait_empty(smem.dq_empty, dq_pipe.phase);
-    dq_pipe.advance();
-    CUTE_UNROLL
-    for (int i = 0; i < T::kDqPerThread; i += 4)
-      buf[(i / 4) * T::kNumConsumerThreads + tid] =
-          make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
-    cutlass::arch::fence_view_async_shared();  // the writer's bulk copy reads through the async proxy
-    fwd::release(smem.dq_full);
-  }
-
-  // The query block of the current step: steps walk the query blocks [m_begin, m_end) of each
-  // query head of the KV head's group in turn.
-  struct StepCursor {
-    int m, m_begin, m_end;
-    __device__ __forceinline__ void advance() {
-      if (++m == m_end) m = m_begin;
-    }
-  };
 
   __device__ void run(const fwd::TileScheduler& sched) {
     using namespace cute;
@@ -215,7 +136,7 @@ struct BwdConsumer {
           issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, s), tSrdP);
           if constexpr (!kOverlapSteps) warpgroup_wait<1>();  // else S^T completed in the previous step
           warpgroup_fence_operand(tSrS);
-          scores_to_probs(tSrS, tScS, w, m, smem.lse_log2[s]);
+          scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
           // P^T leaves the FP32 accumulator at once: 16 registers instead of 32 while dP^T is
           // live, and dV starts before dP^T is ready. dS is computed from the rounded P (2^-9
           // relative, far below what the naive baseline's 16-bit P loses).
@@ -225,7 +146,7 @@ struct BwdConsumer {
           warpgroup_wait<1>();  // dP^T is ready; dV may still run
           warpgroup_fence_operand(tSrdP);
           Tensor tSrP16 = make_tensor(tdVrP.data(), tSrS.layout());  // accumulator-order view
-          probs_to_dscores(tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
+          probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
           Tensor tdKrdS = make_tensor<Element>(acc_as_a_operand_16bit(tSrdP.layout()));
           convert_into(tSrdP, tdKrdS);
           issue_wgmma<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, s), tdKrdK);
@@ -252,12 +173,12 @@ struct BwdConsumer {
             issue_scores(tSrS, salt);
             warpgroup_wait<1>();
             warpgroup_fence_operand(tdQrdQ);
-            hand_off_dq(tdQrdQ);
+            hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
             warpgroup_wait<0>();
           } else {
             warpgroup_wait<0>();
             warpgroup_fence_operand(tdQrdQ);
-            hand_off_dq(tdQrdQ);
+            hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
           }
         };
         if constexpr (kOverlapSteps) {

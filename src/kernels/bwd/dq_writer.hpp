@@ -1,7 +1,9 @@
-// The dQ writer warp (warpgroup 0, warp 1, lane 0): per step, waits until the consumers have
-// summed the block's dQ partial in shared memory (dq_full), adds it to the FP32 accumulator in
-// global memory with one bulk reduce-add, and frees the buffer (dq_empty) once the copy has read
-// it. The consumers never wait on global memory.
+// Both sides of the dQ hand-off. The dQ writer warp (warpgroup 0, warp 1, lane 0): per step,
+// waits until the consumers have stored the block's dQ partial in shared memory (dq_full), adds
+// it to the FP32 accumulator in global memory with one bulk reduce-add, and frees the buffer
+// (dq_empty) once the copy has read it. The consumers never wait on global memory. At d = 256
+// a step's partial comes in T::kDqChunks pieces, one after the other through the same buffer;
+// each is a contiguous range of the block in dq_accum (see hand_off_dq).
 //
 // Deterministic mode: the adds into one query block happen in key-block order. Before adding,
 // the writer spins on the block's semaphore until it counts the key blocks before this one that
@@ -64,10 +66,32 @@ __host__ __device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::
   return n_block - lo;
 }
 
+// Consumer side: stores this thread's dQ values (one chunk of the block) into smem.dq in register
+// order, element i at float4 slot (i / 4) * threads + tid (consecutive threads, consecutive 16
+// bytes: no bank conflicts), once the writer has read the previous chunk, and tells the writer.
+// With the WGMMA accumulator order, chunk c of a block with N columns per warpgroup holds
+// elements [c * size, (c + 1) * size) of the whole block's fragment, i.e. a contiguous range of
+// float4 slots: the layout in dq_accum is the same whatever the chunking.
+template <class T, class TQ>
+__device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd::PipeState<1>& dq_pipe,
+                                            const TQ& tdQrdQ, int tid) {
+  using namespace cute;
+  static_assert(decltype(size(tdQrdQ))::value == T::kDqPerThread / T::kDqChunks);
+  float4* buf = reinterpret_cast<float4*>(smem.dq);
+  fwd::wait_empty(smem.dq_empty, dq_pipe.phase);
+  dq_pipe.advance();
+  CUTE_UNROLL
+  for (int i = 0; i < size(tdQrdQ); i += 4)
+    buf[(i / 4) * T::kNumConsumerThreads + tid] = make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
+  cutlass::arch::fence_view_async_shared();  // the writer's bulk copy reads through the async proxy
+  fwd::release(smem.dq_full);
+}
+
 template <class T>
 __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                const fwd::TileScheduler& sched) {
-  constexpr uint32_t kBytes = T::kBlockM * T::kHeadDim * sizeof(float);
+  constexpr int kChunkFloats = T::kBlockM * T::kHeadDim / T::kDqChunks;
+  constexpr uint32_t kChunkBytes = kChunkFloats * sizeof(float);
   fwd::PipeState<1> dq_pipe;
   fwd::TileRingState ring;
   for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
@@ -88,16 +112,18 @@ __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedSt
           const int turn = key_blocks_before<T>(w.mask, w.n_block, m);
           while (load_acquire(sem) != turn) __nanosleep(32);
         }
-        fwd::wait_full(smem.dq_full, dq_pipe.phase);
-        bulk_reduce_add_f32(p.dq_accum + row * T::kHeadDim, smem.dq, kBytes);
-        if (pending != nullptr) {
-          bulk_wait_all_but_newest();  // the previous add has landed
-          signal_added(pending);
+        for (int c = 0; c < T::kDqChunks; ++c) {
+          fwd::wait_full(smem.dq_full, dq_pipe.phase);
+          bulk_reduce_add_f32(p.dq_accum + row * T::kHeadDim + c * kChunkFloats, smem.dq, kChunkBytes);
+          if (c == 0 && pending != nullptr) {
+            bulk_wait_all_but_newest();  // every chunk of the previous block has landed
+            signal_added(pending);
+          }
+          bulk_wait_read();  // the shared buffer may be overwritten
+          fwd::release(smem.dq_empty);
+          dq_pipe.advance();
         }
         pending = sem;
-        bulk_wait_read();  // the shared buffer may be overwritten
-        fwd::release(smem.dq_empty);
-        dq_pipe.advance();
       }
     }
     if (pending != nullptr) {

@@ -1,12 +1,17 @@
 // The backward main kernel: one CTA per SM (persistent), one tile = a block of keys of one KV
-// head. Warpgroup 0: warp 0 loads, warp 1 writes dQ; warpgroups 1..2 compute. See
+// head. Warpgroup 0: warp 0 loads, warp 1 writes dQ; warpgroups 1..2 compute, with one of two
+// consumer policies: d <= 128, each warpgroup owns half of the tile's keys (consumer.hpp);
+// d = 192, 256, both share the keys and split the head dim (consumer_wide.hpp). See
 // docs/design/bwd.md for the schedule and the meaning of each barrier.
 #pragma once
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
+#include <type_traits>
+
 #include "kernels/bwd/consumer.hpp"
+#include "kernels/bwd/consumer_wide.hpp"
 #include "kernels/bwd/dq_writer.hpp"
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/producer.hpp"
@@ -57,7 +62,8 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   } else {
     cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int tid = int(threadIdx.x) - 128;
-    BwdConsumer<T> consumer{p, smem, tid, warpgroup - 1};
+    using Consumer = std::conditional_t<T::kSplitHeadDim, BwdWideConsumer<T>, BwdConsumer<T>>;
+    Consumer consumer{p, smem, tid, warpgroup - 1};
     consumer.run(sched);
   }
 }

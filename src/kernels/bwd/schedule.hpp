@@ -22,6 +22,15 @@ struct TileWork {
   __device__ __forceinline__ bool empty() const { return m_end <= m_begin; }
 };
 
+// The query block of the consumers' current step: steps walk the query blocks [m_begin, m_end)
+// of each query head of the KV head's group in turn.
+struct StepCursor {
+  int m, m_begin, m_end;
+  __device__ __forceinline__ void advance() {
+    if (++m == m_end) m = m_begin;
+  }
+};
+
 template <class T, class Params>
 __device__ __forceinline__ TileWork<T> tile_work(const Params& p, const fwd::TileScheduler& sched, int tile) {
   const fwd::TileCoord c = sched.decode(tile);  // (n block, kv head, batch)

@@ -115,6 +115,8 @@ struct BwdTraits {
   // Per-thread share of a block's dQ (64 x d floats over both warpgroups).
   static constexpr int kDqPerThread = kBlockM * kHeadDim / kNumConsumerThreads;
   static_assert(kDqPerThread % 4 == 0, "dQ partials move as float4");
+  static constexpr int kDqChunks = 1;  // dQ hand-offs per step (dq_writer.hpp)
+  static constexpr bool kSplitHeadDim = false;  // this consumer (consumer.hpp), not consumer_wide.hpp
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;

@@ -1,0 +1,193 @@
+// The consumer warpgroups of the backward kernel for head dims 192 and 256 (traits_wide.hpp).
+// The tile is 64 keys; both warpgroups work on all of them and split every GEMM: warpgroup w
+// computes the scores of queries [32w, 32w + 32) of the step and owns columns
+// [w d/2, (w + 1) d/2) of dK, dV and dQ. One step per query block m:
+//
+//   S^T = K Q_m^T ; dP^T = V dO_m^T          (SS, 64 keys x this warpgroup's 32 queries)
+//   P^T = exp2(S^T * scale_log2 - lse_log2)  (softcap, mask on the way; dP^T runs)
+//   P^T -> shared memory (stmatrix)
+//   wait dP^T: dS^T = P^T (dP^T - dsum) -> shared memory
+//   both warpgroups sync (ds_ready): all 64 queries' P^T and dS^T are in shared memory
+//   dV[:, half w] += P^T dO_m[:, half w]     (SS)
+//   dK[:, half w] += dS^T Q_m[:, half w]     (SS)
+//   dQ[:, half w]  = dS K[:, half w]         (SS, in kDqChunks GEMMs)
+//   wait dV, dK: free the Q/dO stage; then hand each dQ chunk to the writer as it completes.
+// Registers per thread at d = 256: dK, dV 64 each for the whole tile, S^T, dP^T 16 each, the dQ
+// chunks 32 each; 213 in all. The dQ chunks do not reuse the registers of S^T and dP^T (dead by
+// then): sharing them made ptxas serialize every WGMMA (C7511).
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernels/bwd/dq_writer.hpp"
+#include "kernels/bwd/epilogue.hpp"
+#include "kernels/bwd/params.hpp"
+#include "kernels/bwd/schedule.hpp"
+#include "kernels/bwd/score_grads.hpp"
+#include "kernels/common/device_utils.hpp"
+#include "kernels/fwd/consumer.hpp"
+#include "kernels/fwd/pipeline.hpp"
+
+namespace hopattn::kernels::bwd {
+
+constexpr int kWideDsReadyBarrier = 1;  // both warpgroups' P^T and dS^T of this step are stored
+
+// The shared-memory operands of one step as WGMMA descriptor tensors, rebuilt in every step
+// from a base offset by `salt` (always 0, read from the kernel parameters) so that ptxas does
+// not hoist the descriptor words into registers (see operand_views in consumer.hpp). Order:
+// (K, V, Q, dO) of the score GEMMs, (P^T, dS^T, dO^T, Q^T) of the dV/dK GEMMs, dS of dQ.
+template <class T, class MSdP, class MDkv, class MDq>
+__device__ __forceinline__ auto wide_operand_views(typename T::SharedStorage& smem, int salt, int wg, MSdP& mma_sdp,
+                                                   MDkv& mma_dkv, MDq& mma_dq) {
+  using namespace cute;
+  auto view = [salt](auto* ptr, auto layout) { return make_tensor(make_smem_ptr(ptr + salt), layout); };
+  auto sdp = mma_sdp.get_thread_slice(wg * 128);
+  auto dkv = mma_dkv.get_thread_slice(wg * 128);
+  auto dq = mma_dq.get_thread_slice(0);
+  return make_tuple(sdp.partition_fragment_A(view(smem.k.data(), typename T::SmemLayoutK{})),      // (MMA, M, K)
+                    sdp.partition_fragment_A(view(smem.v.data(), typename T::SmemLayoutV{})),
+                    sdp.partition_fragment_B(view(smem.q.data(), typename T::SmemLayoutQ{})),      // (MMA, N, K, stage)
+                    sdp.partition_fragment_B(view(smem.dout.data(), typename T::SmemLayoutdO{})),
+                    dkv.partition_fragment_A(view(smem.pt.data(), typename T::SmemLayoutPt{})),    // (MMA, keys, q, buf)
+                    dkv.partition_fragment_A(view(smem.ds.data(), typename T::SmemLayoutPt{})),
+                    dkv.partition_fragment_B(view(smem.dout.data(), typename T::SmemLayoutdOt{})),  // (MMA, d, q, stage)
+                    dkv.partition_fragment_B(view(smem.q.data(), typename T::SmemLayoutQt{})),
+                    dq.partition_fragment_A(view(smem.ds.data(), typename T::SmemLayoutdS{})));    // (MMA, q, keys, buf)
+}
+
+// K^T columns [c0, c0 + chunk) as the B operand of a dQ chunk GEMM.
+template <class T, class MDq>
+__device__ __forceinline__ auto kt_chunk_view(typename T::SharedStorage& smem, int salt, int chunk_idx, MDq& mma_dq) {
+  using namespace cute;
+  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data() + salt), typename T::SmemLayoutKt{});  // (d, keys)
+  Tensor chunk = local_tile(sKt, Shape<Int<T::kDqChunkCols>, Int<T::kBlockN>>{}, make_coord(chunk_idx, _0{}));
+  return mma_dq.get_thread_slice(0).partition_fragment_B(chunk);  // (MMA, d chunk, keys)
+}
+
+template <class T>
+struct BwdWideConsumer {
+  using Element = typename T::Element;
+  static constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
+  static constexpr int kDqChunks = T::kDqChunks;
+  static_assert(kDqChunks == 1 || kDqChunks == 2, "the dQ hand-off below waits for one or two chunks");
+
+  using LayoutS = typename decltype(partition_fragment_C(std::declval<typename T::MmaSdP&>(),
+                                                         Shape<Int<kBlockN>, Int<kBlockM>>{}))::layout_type;
+  using LayoutDq = typename decltype(partition_fragment_C(std::declval<typename T::MmaDQChunk&>(),
+                                                          Shape<Int<kBlockM>, Int<T::kDqChunkCols>>{}))::layout_type;
+
+  const BwdKernelParams<T>& p;
+  typename T::SharedStorage& smem;
+  int tid;  // 0 .. kNumConsumerThreads-1
+  int wg;   // tid / 128, computed warp-uniformly by the caller
+  fwd::PipeState<T::kStages> pipe;
+  fwd::PipeState<1> kv_pipe, dq_pipe;
+
+  __device__ void run(const fwd::TileScheduler& sched) {
+    using namespace cute;
+    using fwd::issue_wgmma;
+    typename T::MmaSdP mma_sdp;
+    typename T::MmaDKV mma_dkv;
+    typename T::MmaDQChunk mma_dq;
+    // Accumulator coordinates depend on the thread.
+    Tensor tScS = mma_sdp.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
+    Tensor tdKVcdKV =
+        mma_dkv.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+
+    // P^T and dS^T leave the registers with stmatrix (the accumulator's 8x8 fragments are the
+    // matrices it stores), into the (keys, queries, buffer) tiles.
+    auto st_copy = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, mma_sdp);
+    auto st_thr = st_copy.get_thread_slice(tid);
+    Tensor tPsP = st_thr.partition_D(make_tensor(make_smem_ptr(smem.pt.data()), typename T::SmemLayoutPt{}));
+    Tensor tdSsdS = st_thr.partition_D(make_tensor(make_smem_ptr(smem.ds.data()), typename T::SmemLayoutPt{}));
+
+    fwd::TileRingState ring;
+    int buf = 0;
+    for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
+         tile = fwd::receive_tile(smem.tiles, ring)) {
+      const TileWork<T> w = tile_work<T>(p, sched, tile);
+      if (w.n_block * kBlockN >= w.si.seqlen_k) continue;  // no keys: nothing to write
+      Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+      Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+      clear(tdVrdV);
+      clear(tdKrdK);
+      // Every accumulator is created and pinned here, before any GEMM is in flight (consumer.hpp
+      // says why: otherwise ptxas may serialize every WGMMA of the kernel). The S^T, dP^T and dQ
+      // GEMMs start from zero (their previous contents are dead).
+      Tensor tSrS = make_tensor<float>(LayoutS{});
+      Tensor tSrdP = make_tensor<float>(LayoutS{});
+      Tensor tdQrdQ0 = make_tensor<float>(LayoutDq{});
+      Tensor tdQrdQ1 = make_tensor<float>(LayoutDq{});  // unused with one chunk
+      warpgroup_fence_operand(tdVrdV);
+      warpgroup_fence_operand(tdKrdK);
+      warpgroup_fence_operand(tSrS);
+      warpgroup_fence_operand(tSrdP);
+      warpgroup_fence_operand(tdQrdQ0);
+      warpgroup_fence_operand(tdQrdQ1);
+      if (!w.empty()) {
+        fwd::wait_full(smem.kv_full, kv_pipe.phase);
+        const int steps = p.head_group * (w.m_end - w.m_begin);
+        StepCursor cur{w.m_begin, w.m_begin, w.m_end};
+        for (int i = 0; i < steps; ++i) {
+          const int s = pipe.stage, m = cur.m;
+          const int salt = i & p.opaque_zero;
+          auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
+              wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
+          fwd::wait_full(smem.q_full[s], pipe.phase);
+          issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, s), tSrS);
+          fwd::wait_full(smem.do_full[s], pipe.phase);
+          issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, s), tSrdP);
+
+          warpgroup_wait<1>();  // S^T is ready; dP^T may still run
+          warpgroup_fence_operand(tSrS);
+          scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
+          Tensor tSrP16 = make_tensor<Element>(LayoutS{});  // accumulator order
+          convert_into(tSrS, tSrP16);
+          copy(st_copy, st_thr.retile_S(tSrP16), tPsP(_, _, _, buf));
+
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tSrdP);
+          probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
+          Tensor tSrdS16 = make_tensor<Element>(LayoutS{});
+          convert_into(tSrdP, tSrdS16);
+          copy(st_copy, st_thr.retile_S(tSrdS16), tdSsdS(_, _, _, buf));
+          cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
+          named_barrier_sync(kWideDsReadyBarrier, T::kNumConsumerThreads);
+
+          auto tdVsPt_buf = tdVsPt(_, _, _, buf);  // lvalues: issue_wgmma takes A by reference
+          auto tdKsdSt_buf = tdKsdSt(_, _, _, buf);
+          auto tdQsdS_buf = tdQsdS(_, _, _, buf);
+          issue_wgmma<false, false>(mma_dkv, tdVsPt_buf, tdVsdOt(_, _, _, s), tdVrdV);
+          issue_wgmma<false, false>(mma_dkv, tdKsdSt_buf, tdKsQt(_, _, _, s), tdKrdK);
+          issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks, mma_dq), tdQrdQ0);
+          if constexpr (kDqChunks == 2)
+            issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks + 1, mma_dq),
+                                     tdQrdQ1);
+          buf ^= 1;
+
+          // dV and dK (the last readers of this Q/dO stage) complete before the dQ chunks.
+          warpgroup_wait<kDqChunks>();
+          warpgroup_fence_operand(tdVrdV);
+          warpgroup_fence_operand(tdKrdK);
+          fwd::release(smem.qdo_empty[s]);
+          pipe.advance();
+          cur.advance();
+          if constexpr (kDqChunks == 2) {
+            warpgroup_wait<1>();  // the second chunk's GEMM runs under the first one's hand-off
+            warpgroup_fence_operand(tdQrdQ0);
+            hand_off_dq<T>(smem, dq_pipe, tdQrdQ0, tid);
+          }
+          warpgroup_wait<0>();
+          auto& tdQrdQ_last = kDqChunks == 2 ? tdQrdQ1 : tdQrdQ0;
+          warpgroup_fence_operand(tdQrdQ_last);
+          hand_off_dq<T>(smem, dq_pipe, tdQrdQ_last, tid);
+        }
+        fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
+        kv_pipe.advance();
+      }
+      store_kv_grads(p, tdKrdK, tdVrdV, tdKVcdKV, w);
+    }
+  }
+};
+
+}  // namespace hopattn::kernels::bwd

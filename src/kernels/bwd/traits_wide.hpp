@@ -1,0 +1,130 @@
+// Compile-time shape of the backward kernel for head dims 192 and 256, where 64 x d FP32 dK and
+// dV accumulators per warpgroup no longer fit in registers (consumer_wide.hpp). One CTA tile is
+// a block of 64 keys; both consumer warpgroups work on all of them, splitting each GEMM along
+// another dimension:
+//
+//   S^T  = K Q^T      SS  64 keys x 32 queries each (the step's queries split)    MmaSdP
+//   dP^T = V dO^T     SS  64 keys x 32 queries each                               MmaSdP
+//   dV  += P^T dO     SS  64 keys x d/2 columns each, A = P^T from shared memory  MmaDKV
+//   dK  += dS^T Q     SS  64 keys x d/2 columns each, A = dS^T from shared memory MmaDKV
+//   dQ    = dS K      SS  64 queries x d/2 columns each, in kDqChunks GEMMs      MmaDQChunk
+//
+// Per consumer thread: dK, dV 2 x d/4 registers, S^T and dP^T 16 each, dQ d/4 (reusing the
+// registers of S^T and dP^T, dead by then). P^T and dS^T go through shared memory (stmatrix)
+// because each warpgroup's dK/dV GEMM needs the scores of both warpgroups' queries.
+#pragma once
+
+#include <cute/tensor.hpp>
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+
+#include "kernels/fwd/tile_scheduler.hpp"
+#include "kernels/fwd/traits.hpp"
+
+namespace hopattn::kernels::bwd {
+
+using namespace cute;
+
+template <class Element_, int kHeadDim_>
+struct BwdWideTraits {
+  using Element = Element_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = 64;  // query rows per step
+  static constexpr int kBlockN = 64;  // keys per CTA tile
+  // One Q/dO stage: K, V, Q, dO take 4 x 64 x d x 2 bytes (128 KB at d = 256); a second stage
+  // plus the P, dS and dQ buffers would not fit in 227 KB.
+  static constexpr int kStages = 1;
+  static constexpr bool kSplitHeadDim = true;
+
+  static constexpr int kNumConsumerWgs = 2;
+  static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
+  static constexpr int kNumThreads = kNumConsumerThreads + 128;
+  static constexpr int kProducerRegs = 32;  // as traits.hpp: 32 x 128 + 232 x 256 fits the pool
+  static constexpr int kConsumerRegs = 232;
+
+  static constexpr int kHalfDim = kHeadDim / 2;  // dK, dV, dQ columns per warpgroup
+  // dQ per warpgroup in chunks of at most 64 columns (32 registers): at d = 256 two GEMMs, the
+  // second running while the first chunk is handed to the writer.
+  static constexpr int kDqChunks = kHalfDim > 96 ? kHalfDim / 64 : 1;
+  static constexpr int kDqChunkCols = kHalfDim / kDqChunks;
+  static_assert(kHeadDim == 192 || kHeadDim == 256, "the wide backward kernel is for head dims 192 and 256");
+
+  using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
+  using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
+  using SplitN = Layout<Shape<_1, Int<kNumConsumerWgs>, _1>>;  // warpgroup w takes the N-half w
+
+  using MmaSdP = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM / 2>, Int<kHeadDim>>>(), SplitN{}));
+  using MmaDKV = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHalfDim>, Int<kBlockM>>, GMMA::Major::K,
+                           GMMA::Major::MN>(),
+      SplitN{}));
+  // The whole block's dQ as two warpgroups would hold it in one GEMM each: the register order
+  // the dQ accumulator in global memory is kept in (dq_writer.hpp, postprocess.hpp).
+  using MmaDQ = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHalfDim>, Int<kBlockN>>, GMMA::Major::MN,
+                           GMMA::Major::MN>(),
+      SplitN{}));
+  // One warpgroup's chunk of it, the GEMM the consumers issue (B sliced per warpgroup and chunk).
+  using MmaDQChunk = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqChunkCols>, Int<kBlockN>>, GMMA::Major::MN,
+                           GMMA::Major::MN>()));
+
+  // Swizzle atoms must not straddle the column ranges a warpgroup's GEMM reads: Q and dO are
+  // split in halves (dK, dV), K in dQ chunks.
+  using SmemLayoutQ = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kHalfDim>(),
+                                             Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
+  using SmemLayoutdO = SmemLayoutQ;
+  using SmemLayoutK = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kDqChunkCols>(),
+                                             Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutV = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kHeadDim>(),
+                                             Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  using SmemLayoutQt = decltype(composition(
+      SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
+                                 Stride<Int<kBlockM>, _1, Int<kHeadDim * kBlockM>>{})));
+  using SmemLayoutdOt = SmemLayoutQt;
+  using SmemLayoutKt = decltype(composition(
+      SmemLayoutK{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
+  // P^T and dS^T: (keys, queries, buffer), queries contiguous: the K-major A operand of the
+  // dV/dK GEMMs. dS is the same bytes as (queries, keys, buffer), the MN-major A of dQ. Double
+  // buffered: a warpgroup may write the next step's while the other still reads this one's.
+  using SmemLayoutPt = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
+                                              Shape<Int<kBlockN>, Int<kBlockM>, _2>{}));
+  using SmemLayoutdS = decltype(composition(
+      SmemLayoutPt{}, make_layout(Shape<Int<kBlockM>, Int<kBlockN>, _2>{},
+                                  Stride<Int<kBlockN>, _1, Int<kBlockM * kBlockN>>{})));
+
+  using GmemShape = typename fwd::GmemView<Element>::Shape_;
+  using GmemTensor = typename fwd::GmemView<Element>::Tensor_;
+  using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}), TileQ{}, _1{}));
+  using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}, TileKV{}, _1{}));
+  using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}, TileKV{}, _1{}));
+
+  static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesRowStats = kBlockM * sizeof(float);
+  static constexpr int kDqPerThread = kBlockM * kHeadDim / kNumConsumerThreads;
+  static_assert(kDqPerThread % (4 * kDqChunks) == 0, "dQ chunks move as float4");
+
+  struct SharedStorage {
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutdO>> dout;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>> v;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> pt;
+    alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> ds;
+    // One dQ chunk of the block in the consumers' register order (dq_writer.hpp).
+    alignas(128) float dq[kBlockM * kHeadDim / kDqChunks];
+    alignas(16) float lse_log2[kStages][kBlockM];
+    alignas(16) float dsum[kStages][kBlockM];
+    alignas(8) uint64_t kv_full, kv_empty;
+    uint64_t q_full[kStages], do_full[kStages], qdo_empty[kStages];
+    uint64_t dq_full, dq_empty;
+    fwd::TileRing tiles;
+  };
+  static constexpr int kSmemBytes = int(sizeof(SharedStorage));
+  static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");
+};
+
+}  // namespace hopattn::kernels::bwd

@@ -11,9 +11,10 @@
 //   dV[:, half w] += P^T dO_m[:, half w]     (SS)
 //   dK[:, half w] += dS^T Q_m[:, half w]     (SS)
 //   dQ[:, half w]  = dS K[:, half w]         (SS, in kDqChunks GEMMs)
-//   wait dV, dK: free the Q/dO stage; then hand each dQ chunk to the writer as it completes.
+//   wait dV, dK: free the Q/dO stage; then hand each dQ chunk to the writer as it completes,
+//   the next step's S^T and dP^T issued before the last one (they run under its hand-off).
 // Registers per thread at d = 256: dK, dV 64 each for the whole tile, S^T, dP^T 16 each, the dQ
-// chunks 32 each; 213 in all. The dQ chunks do not reuse the registers of S^T and dP^T (dead by
+// chunks 64 together. The dQ chunks do not reuse the registers of S^T and dP^T (dead by
 // then): sharing them made ptxas serialize every WGMMA (C7511).
 #pragma once
 
@@ -30,7 +31,9 @@
 
 namespace hopattn::kernels::bwd {
 
+// Named barrier ids (0 is __syncthreads).
 constexpr int kWideDsReadyBarrier = 1;  // both warpgroups' P^T and dS^T of this step are stored
+constexpr int kWidePdsFreeBarrier = 2;  // one P/dS buffer: both warpgroups' GEMMs of the last step are done
 
 // The shared-memory operands of one step as WGMMA descriptor tensors, rebuilt in every step
 // from a base offset by `salt` (always 0, read from the kernel parameters) so that ptxas does
@@ -69,10 +72,15 @@ struct BwdWideConsumer {
   using Element = typename T::Element;
   static constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
   static constexpr int kDqChunks = T::kDqChunks;
-  static_assert(kDqChunks == 1 || kDqChunks == 2, "the dQ hand-off below waits for one or two chunks");
+#ifdef HOPATTN_EXP_SERIAL_STEPS
+  static constexpr bool kOverlapSteps = false;  // the ablation, as traits.hpp
+#else
+  static constexpr bool kOverlapSteps = true;
+#endif
 
   using LayoutS = typename decltype(partition_fragment_C(std::declval<typename T::MmaSdP&>(),
                                                          Shape<Int<kBlockN>, Int<kBlockM>>{}))::layout_type;
+  // Compact, like the chunk dimension appended to it below.
   using LayoutDq = typename decltype(partition_fragment_C(std::declval<typename T::MmaDQChunk&>(),
                                                           Shape<Int<kBlockM>, Int<T::kDqChunkCols>>{}))::layout_type;
 
@@ -116,36 +124,50 @@ struct BwdWideConsumer {
       // GEMMs start from zero (their previous contents are dead).
       Tensor tSrS = make_tensor<float>(LayoutS{});
       Tensor tSrdP = make_tensor<float>(LayoutS{});
-      Tensor tdQrdQ0 = make_tensor<float>(LayoutDq{});
-      Tensor tdQrdQ1 = make_tensor<float>(LayoutDq{});  // unused with one chunk
+      Tensor tdQrdQ = make_tensor<float>(append(shape(LayoutDq{}), Int<kDqChunks>{}));  // (frag..., chunk)
       warpgroup_fence_operand(tdVrdV);
       warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tSrS);
       warpgroup_fence_operand(tSrdP);
-      warpgroup_fence_operand(tdQrdQ0);
-      warpgroup_fence_operand(tdQrdQ1);
+      warpgroup_fence_operand(tdQrdQ);
       if (!w.empty()) {
         fwd::wait_full(smem.kv_full, kv_pipe.phase);
         const int steps = p.head_group * (w.m_end - w.m_begin);
         StepCursor cur{w.m_begin, w.m_begin, w.m_end};
-        for (int i = 0; i < steps; ++i) {
+        // S^T and dP^T of the step in pipe.stage, once its Q and dO have landed.
+        auto issue_scores = [&](int salt) {
+          auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
+              wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
+          fwd::wait_full(smem.q_full[pipe.stage], pipe.phase);
+          issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage), tSrS);
+          fwd::wait_full(smem.do_full[pipe.stage], pipe.phase);
+          issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, pipe.stage), tSrdP);
+        };
+        // One step. With kPrefetch, the next step's S^T and dP^T are issued before the last dQ
+        // chunk is handed off, so that the tensor cores run through the hand-off; they are
+        // waited for before the loop turns (a GEMM in flight across the back edge makes ptxas
+        // serialize every WGMMA, C7514). The last step is a separate instance so that the number
+        // of GEMM batches in flight never depends on a branch (C7518).
+        auto step = [&](int i, auto prefetch) {
+          constexpr bool kPrefetch = decltype(prefetch)::value;
           const int s = pipe.stage, m = cur.m;
           const int salt = i & p.opaque_zero;
           auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
               wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
-          fwd::wait_full(smem.q_full[s], pipe.phase);
-          issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, s), tSrS);
-          fwd::wait_full(smem.do_full[s], pipe.phase);
-          issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, s), tSrdP);
-
-          warpgroup_wait<1>();  // S^T is ready; dP^T may still run
+          if constexpr (!kOverlapSteps) {
+            issue_scores(salt);
+            warpgroup_wait<1>();  // S^T is ready; dP^T may still run
+          }  // else both completed in the previous step (or the prologue)
           warpgroup_fence_operand(tSrS);
           scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
           Tensor tSrP16 = make_tensor<Element>(LayoutS{});  // accumulator order
           convert_into(tSrS, tSrP16);
+          // With one P/dS buffer, both warpgroups' GEMMs of the previous step must be done
+          // reading it (each waited for its own before the step ended).
+          if constexpr (T::kPdsBuffers == 1) named_barrier_sync(kWidePdsFreeBarrier, T::kNumConsumerThreads);
           copy(st_copy, st_thr.retile_S(tSrP16), tPsP(_, _, _, buf));
 
-          warpgroup_wait<0>();
+          if constexpr (!kOverlapSteps) warpgroup_wait<0>();
           warpgroup_fence_operand(tSrdP);
           probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
           Tensor tSrdS16 = make_tensor<Element>(LayoutS{});
@@ -159,11 +181,12 @@ struct BwdWideConsumer {
           auto tdQsdS_buf = tdQsdS(_, _, _, buf);
           issue_wgmma<false, false>(mma_dkv, tdVsPt_buf, tdVsdOt(_, _, _, s), tdVrdV);
           issue_wgmma<false, false>(mma_dkv, tdKsdSt_buf, tdKsQt(_, _, _, s), tdKrdK);
-          issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks, mma_dq), tdQrdQ0);
-          if constexpr (kDqChunks == 2)
-            issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks + 1, mma_dq),
-                                     tdQrdQ1);
-          buf ^= 1;
+          for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
+            auto tdQrdQ_c = tdQrdQ(_, _, _, c);
+            issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks + c, mma_dq),
+                                     tdQrdQ_c);
+          });
+          if constexpr (T::kPdsBuffers == 2) buf ^= 1;
 
           // dV and dK (the last readers of this Q/dO stage) complete before the dQ chunks.
           warpgroup_wait<kDqChunks>();
@@ -172,15 +195,28 @@ struct BwdWideConsumer {
           fwd::release(smem.qdo_empty[s]);
           pipe.advance();
           cur.advance();
-          if constexpr (kDqChunks == 2) {
-            warpgroup_wait<1>();  // the second chunk's GEMM runs under the first one's hand-off
-            warpgroup_fence_operand(tdQrdQ0);
-            hand_off_dq<T>(smem, dq_pipe, tdQrdQ0, tid);
-          }
+          // Each chunk goes to the writer as soon as its GEMM is done; the later ones run meanwhile.
+          for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
+            constexpr int kLater = kDqChunks - 1 - decltype(c)::value;  // dQ GEMMs issued after this one
+            if constexpr (kPrefetch && kLater == 0) {
+              issue_scores(salt);
+              warpgroup_wait<2>();
+            } else {
+              warpgroup_wait<kLater>();
+            }
+            auto tdQrdQ_c = tdQrdQ(_, _, _, c);
+            warpgroup_fence_operand(tdQrdQ_c);
+            hand_off_dq<T>(smem, dq_pipe, tdQrdQ_c, tid);
+          });
+          if constexpr (kPrefetch) warpgroup_wait<0>();
+        };
+        if constexpr (kOverlapSteps) {
+          issue_scores(0);
           warpgroup_wait<0>();
-          auto& tdQrdQ_last = kDqChunks == 2 ? tdQrdQ1 : tdQrdQ0;
-          warpgroup_fence_operand(tdQrdQ_last);
-          hand_off_dq<T>(smem, dq_pipe, tdQrdQ_last, tid);
+          for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{});
+          step(steps - 1, cute::false_type{});
+        } else {
+          for (int i = 0; i < steps; ++i) step(i, cute::false_type{});
         }
         fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
         kv_pipe.advance();

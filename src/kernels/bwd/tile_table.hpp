@@ -3,6 +3,13 @@
 //   each, dK and dV of its keys in each warpgroup's registers (traits.hpp, consumer.hpp).
 // * d = 192, 256: 64 x d FP32 dK and dV no longer fit per warpgroup; 64 keys per tile shared by
 //   both warpgroups, which split the head dim instead (traits_wide.hpp, consumer_wide.hpp).
+//   Measured on an H200 (docs/perf-log.md, session 9), as (stages, dQ chunks, P/dS buffers):
+//   d = 256 (1, 2, 2): K, V, Q, dO 32 KB each, two 8 KB P^T and dS^T buffers, dQ in two
+//   32 KB chunks: 192 KB. A second Q/dO stage only fits with dQ in four 16 KB chunks and one
+//   P/dS buffer, which measured 10-18% slower (with or without the second stage).
+//   d = 192 (2, 1, 2): 24 KB per Q/dO/K/V tile, dQ in one 48 KB chunk: 224 KB of the 227;
+//   with one stage the next step's S^T cannot be issued under the dQ hand-off (its Q is not
+//   loaded yet): 2-10% slower, but 10% faster at seqlen 1024 (not understood).
 #pragma once
 
 #include <type_traits>
@@ -12,9 +19,22 @@
 
 namespace hopattn::kernels::bwd {
 
+// Experiments may override the wide shapes as three digits, stages / dQ chunks / P-dS buffers:
+// -DHOPATTN_BWD256_SHAPE=241 (nvcc splits -D values at commas).
+#ifndef HOPATTN_BWD256_SHAPE
+#define HOPATTN_BWD256_SHAPE 122
+#endif
+#ifndef HOPATTN_BWD192_SHAPE
+#define HOPATTN_BWD192_SHAPE 212
+#endif
+template <class Element, int kHeadDim, int kShape>
+using WideBwdTraits = BwdWideTraits<Element, kHeadDim, kShape / 100, kShape / 10 % 10, kShape % 10>;
+
 template <class Element, int kHeadDim>
 using DefaultBwdTraits =
-    std::conditional_t<(kHeadDim > 128), BwdWideTraits<Element, kHeadDim>,
+    std::conditional_t<(kHeadDim > 128),
+                       std::conditional_t<kHeadDim == 256, WideBwdTraits<Element, 256, HOPATTN_BWD256_SHAPE>,
+                                          WideBwdTraits<Element, kHeadDim, HOPATTN_BWD192_SHAPE>>,
                        BwdTraits<Element, kHeadDim, /*kBlockM=*/64, /*kBlockN=*/128, /*kStages=*/2>>;
 
 }  // namespace hopattn::kernels::bwd

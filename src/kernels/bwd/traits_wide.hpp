@@ -9,9 +9,9 @@
 //   dK  += dS^T Q     SS  64 keys x d/2 columns each, A = dS^T from shared memory MmaDKV
 //   dQ    = dS K      SS  64 queries x d/2 columns each, in kDqChunks GEMMs      MmaDQChunk
 //
-// Per consumer thread: dK, dV 2 x d/4 registers, S^T and dP^T 16 each, dQ d/4 (reusing the
-// registers of S^T and dP^T, dead by then). P^T and dS^T go through shared memory (stmatrix)
-// because each warpgroup's dK/dV GEMM needs the scores of both warpgroups' queries.
+// Per consumer thread: dK, dV 2 x d/4 registers, S^T and dP^T 16 each, dQ d/4. P^T and dS^T go
+// through shared memory (stmatrix) because each warpgroup's dK/dV GEMM needs the scores of both
+// warpgroups' queries. Stages, dQ chunks and P/dS buffers: tile_table.hpp.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,15 +26,13 @@ namespace hopattn::kernels::bwd {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_>
+template <class Element_, int kHeadDim_, int kStages_, int kDqChunks_, int kPdsBuffers_>
 struct BwdWideTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;  // query rows per step
   static constexpr int kBlockN = 64;  // keys per CTA tile
-  // One Q/dO stage: K, V, Q, dO take 4 x 64 x d x 2 bytes (128 KB at d = 256); a second stage
-  // plus the P, dS and dQ buffers would not fit in 227 KB.
-  static constexpr int kStages = 1;
+  static constexpr int kStages = kStages_;  // depth of the Q / dO ring
   static constexpr bool kSplitHeadDim = true;
 
   static constexpr int kNumConsumerWgs = 2;
@@ -44,11 +42,16 @@ struct BwdWideTraits {
   static constexpr int kConsumerRegs = 232;
 
   static constexpr int kHalfDim = kHeadDim / 2;  // dK, dV, dQ columns per warpgroup
-  // dQ per warpgroup in chunks of at most 64 columns (32 registers): at d = 256 two GEMMs, the
-  // second running while the first chunk is handed to the writer.
-  static constexpr int kDqChunks = kHalfDim > 96 ? kHalfDim / 64 : 1;
+  // dQ per warpgroup in kDqChunks GEMMs, each handed to the writer (through one shared buffer
+  // of a chunk) while the next one runs: more chunks, less shared memory.
+  static constexpr int kDqChunks = kDqChunks_;
   static constexpr int kDqChunkCols = kHalfDim / kDqChunks;
+  // P^T and dS^T buffers: with two, a warpgroup may store the next step's while the other still
+  // reads this one's; with one, the consumers also sync before storing (pds_free).
+  static constexpr int kPdsBuffers = kPdsBuffers_;
   static_assert(kHeadDim == 192 || kHeadDim == 256, "the wide backward kernel is for head dims 192 and 256");
+  static_assert(kHalfDim % kDqChunks == 0 && kDqChunkCols % 8 == 0, "whole WGMMA N-tiles per dQ chunk");
+  static_assert(kPdsBuffers == 1 || kPdsBuffers == 2);
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
@@ -87,12 +90,11 @@ struct BwdWideTraits {
   using SmemLayoutKt = decltype(composition(
       SmemLayoutK{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
   // P^T and dS^T: (keys, queries, buffer), queries contiguous: the K-major A operand of the
-  // dV/dK GEMMs. dS is the same bytes as (queries, keys, buffer), the MN-major A of dQ. Double
-  // buffered: a warpgroup may write the next step's while the other still reads this one's.
+  // dV/dK GEMMs. dS is the same bytes as (queries, keys, buffer), the MN-major A of dQ.
   using SmemLayoutPt = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<Element>{},
-                                              Shape<Int<kBlockN>, Int<kBlockM>, _2>{}));
+                                              Shape<Int<kBlockN>, Int<kBlockM>, Int<kPdsBuffers>>{}));
   using SmemLayoutdS = decltype(composition(
-      SmemLayoutPt{}, make_layout(Shape<Int<kBlockM>, Int<kBlockN>, _2>{},
+      SmemLayoutPt{}, make_layout(Shape<Int<kBlockM>, Int<kBlockN>, Int<kPdsBuffers>>{},
                                   Stride<Int<kBlockN>, _1, Int<kBlockM * kBlockN>>{})));
 
   using GmemShape = typename fwd::GmemView<Element>::Shape_;

@@ -17,19 +17,14 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/bwd/consumer_common.hpp"
 #include "kernels/bwd/dq_writer.hpp"
-#include "kernels/bwd/epilogue.hpp"
-#include "kernels/bwd/params.hpp"
-#include "kernels/bwd/schedule.hpp"
 #include "kernels/bwd/score_grads.hpp"
 #include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/consumer.hpp"
 #include "kernels/fwd/pipeline.hpp"
 
 namespace hopattn::kernels::bwd {
-
-// Named barrier ids of the backward kernel (0 is __syncthreads).
-constexpr int kDsReadyBarrier = 1;  // both warpgroups' dS of this step are in shared memory
 
 // The shared-memory operands of one step as WGMMA descriptor tensors, in the order
 // (K, V, Q, dO, dO^T, Q^T, dS, K^T). With T::kRebuildDescriptorsPerStep they are built inside
@@ -42,7 +37,7 @@ template <class T, class MSdP, class MDkv, class MDq>
 __device__ __forceinline__ auto operand_views(typename T::SharedStorage& smem, int salt, int wg, MSdP& mma_sdp,
                                               MDkv& mma_dkv, MDq& mma_dq) {
   using namespace cute;
-  auto view = [salt](auto* ptr, auto layout) { return make_tensor(make_smem_ptr(ptr + salt), layout); };
+  auto view = [salt](auto* ptr, auto layout) { return salted_smem(ptr, salt, layout); };
   auto sdp = mma_sdp.get_thread_slice(wg * 128);
   auto dkv = mma_dkv.get_thread_slice(wg * 128);
   auto dq = mma_dq.get_thread_slice(wg * 128);
@@ -77,8 +72,6 @@ struct BwdConsumer {
     typename T::MmaDQ mma_dq;
     // Accumulator coordinates depend on the thread.
     Tensor tScS = mma_sdp.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
-    Tensor tdKVcdKV =
-        mma_dkv.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
 
     // dS^T leaves the registers with stmatrix: the accumulator's 8x8 fragments are exactly its
     // operand layout, four of them per instruction.
@@ -102,114 +95,95 @@ struct BwdConsumer {
       issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage), tSrS);
     };
 
-    fwd::TileRingState ring;
     int ds_buf = 0;
-    for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
-         tile = fwd::receive_tile(smem.tiles, ring)) {
-      const TileWork<T> w = tile_work<T>(p, sched, tile);
-      if (w.n_block * kBlockN >= w.si.seqlen_k) continue;  // no keys: nothing to write
-      Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
-      Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
-      clear(tdVrdV);
-      clear(tdKrdK);
-      // Pins the zeros into the accumulators here. Otherwise NVVM materializes them after the
-      // first S^T GEMM is issued, copied from the same zero register that fed that GEMM's
-      // accumulator; ptxas then sees reads of an in-flight accumulator and serializes every WGMMA.
-      warpgroup_fence_operand(tdVrdV);
-      warpgroup_fence_operand(tdKrdK);
-      if (!w.empty()) {
-        fwd::wait_full(smem.kv_full, kv_pipe.phase);
-        const int steps = p.head_group * (w.m_end - w.m_begin);
-        StepCursor cur{w.m_begin, w.m_begin, w.m_end};
-        auto fresh_scores = [&] { return partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{}); };
-        auto fresh_dq = [&] { return partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}); };
-        // One step. With kPrefetch, S^T of the next step is issued behind this step's dQ GEMM.
-        // The last step is a separate instance so that the number of GEMM batches in flight
-        // never depends on a branch (C7518: ptxas would serialize every WGMMA of the kernel).
-        auto step = [&](int i, auto prefetch, auto& tSrS, auto& tSrdP, auto& tdQrdQ) {
-          constexpr bool kPrefetch = decltype(prefetch)::value;
-          const int s = pipe.stage, m = cur.m;
-          const int salt = i & p.opaque_zero;
-          auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(salt);
-          if constexpr (!kOverlapSteps) issue_scores(tSrS, salt);
-          fwd::wait_full(smem.do_full[s], pipe.phase);
-          issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, s), tSrdP);
-          if constexpr (!kOverlapSteps) warpgroup_wait<1>();  // else S^T completed in the previous step
-          warpgroup_fence_operand(tSrS);
-          scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
-          // P^T leaves the FP32 accumulator at once: 16 registers instead of 32 while dP^T is
-          // live, and dV starts before dP^T is ready. dS is computed from the rounded P (2^-9
-          // relative, far below what the naive baseline's 16-bit P loses).
-          Tensor tdVrP = make_tensor<Element>(acc_as_a_operand_16bit(tSrS.layout()));
-          convert_into(tSrS, tdVrP);
-          issue_wgmma<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, s), tdVrdV);
-          warpgroup_wait<1>();  // dP^T is ready; dV may still run
-          warpgroup_fence_operand(tSrdP);
-          Tensor tSrP16 = make_tensor(tdVrP.data(), tSrS.layout());  // accumulator-order view
-          probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
-          Tensor tdKrdS = make_tensor<Element>(acc_as_a_operand_16bit(tSrdP.layout()));
-          convert_into(tSrdP, tdKrdS);
-          issue_wgmma<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, s), tdKrdK);
+    for_each_key_tile(p, smem, sched, kv_pipe, mma_dkv, tid, [&](const TileWork<T>& w, int steps, auto& tdKrdK,
+                                                                 auto& tdVrdV) {
+      StepCursor cur{w.m_begin, w.m_begin, w.m_end};
+      auto fresh_scores = [&] { return partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{}); };
+      auto fresh_dq = [&] { return partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}); };
+      // One step. With kPrefetch, S^T of the next step is issued behind this step's dQ GEMM.
+      // The last step is a separate instance so that the number of GEMM batches in flight
+      // never depends on a branch (C7518: ptxas would serialize every WGMMA of the kernel).
+      auto step = [&](int i, auto prefetch, auto& tSrS, auto& tSrdP, auto& tdQrdQ) {
+        constexpr bool kPrefetch = decltype(prefetch)::value;
+        const int s = pipe.stage, m = cur.m;
+        const int salt = i & p.opaque_zero;
+        auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(salt);
+        if constexpr (!kOverlapSteps) issue_scores(tSrS, salt);
+        fwd::wait_full(smem.do_full[s], pipe.phase);
+        issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, s), tSrdP);
+        if constexpr (!kOverlapSteps) warpgroup_wait<1>();  // else S^T completed in the previous step
+        warpgroup_fence_operand(tSrS);
+        scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
+        // P^T leaves the FP32 accumulator at once: 16 registers instead of 32 while dP^T is
+        // live, and dV starts before dP^T is ready. dS is computed from the rounded P (2^-9
+        // relative, far below what the naive baseline's 16-bit P loses).
+        Tensor tdVrP = make_tensor<Element>(acc_as_a_operand_16bit(tSrS.layout()));
+        convert_into(tSrS, tdVrP);
+        issue_wgmma<false, true>(mma_dkv, tdVrP, tdVrdOt(_, _, _, s), tdVrdV);
+        warpgroup_wait<1>();  // dP^T is ready; dV may still run
+        warpgroup_fence_operand(tSrdP);
+        Tensor tSrP16 = make_tensor(tdVrP.data(), tSrS.layout());  // accumulator-order view
+        probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
+        Tensor tdKrdS = make_tensor<Element>(acc_as_a_operand_16bit(tSrdP.layout()));
+        convert_into(tSrdP, tdKrdS);
+        issue_wgmma<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, s), tdKrdK);
 
-          Tensor tdSrdS = ds_thr.retile_S(make_tensor(tdKrdS.data(), tSrdP.layout()));  // accumulator order
-          copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_buf));
-          cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
-          named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
-          auto tdQrdS_buf = tdQrdS(_, _, _, ds_buf);  // an lvalue: issue_wgmma takes A by reference
-          issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
-          ds_buf ^= 1;
-          // dV and dK (the last readers of this Q/dO stage) are done once only dQ is pending.
+        Tensor tdSrdS = ds_thr.retile_S(make_tensor(tdKrdS.data(), tSrdP.layout()));  // accumulator order
+        copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_buf));
+        cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
+        named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
+        auto tdQrdS_buf = tdQrdS(_, _, _, ds_buf);  // an lvalue: issue_wgmma takes A by reference
+        issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
+        ds_buf ^= 1;
+        // dV and dK (the last readers of this Q/dO stage) are done once only dQ is pending.
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tdVrdV);
+        warpgroup_fence_operand(tdKrdK);
+        fwd::release(smem.qdo_empty[s]);
+        pipe.advance();
+        cur.advance();
+        if constexpr (kPrefetch) {
+          // The next S^T queues behind dQ: the tensor cores stay busy through the dQ hand-off.
+          // Live here: dK, dV, dQ and S^T (192 registers). It is waited for before the loop
+          // turns: an accumulator in flight across the back edge makes ptxas serialize every
+          // WGMMA of the kernel (C7514).
+          issue_scores(tSrS, salt);
           warpgroup_wait<1>();
-          warpgroup_fence_operand(tdVrdV);
-          warpgroup_fence_operand(tdKrdK);
-          fwd::release(smem.qdo_empty[s]);
-          pipe.advance();
-          cur.advance();
-          if constexpr (kPrefetch) {
-            // The next S^T queues behind dQ: the tensor cores stay busy through the dQ hand-off.
-            // Live here: dK, dV, dQ and S^T (192 registers). It is waited for before the loop
-            // turns: an accumulator in flight across the back edge makes ptxas serialize every
-            // WGMMA of the kernel (C7514).
-            issue_scores(tSrS, salt);
-            warpgroup_wait<1>();
-            warpgroup_fence_operand(tdQrdQ);
-            hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
-            warpgroup_wait<0>();
-          } else {
-            warpgroup_wait<0>();
-            warpgroup_fence_operand(tdQrdQ);
-            hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
-          }
-        };
-        if constexpr (kOverlapSteps) {
-          // With S^T crossing steps, every accumulator is created (and pinned by a fence) once
-          // per tile, before any GEMM is in flight: a fragment created inside the step would
-          // get its undefined initial value from a register that ptxas may have merged with the
-          // in-flight S^T accumulator.
+          warpgroup_fence_operand(tdQrdQ);
+          hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
+          warpgroup_wait<0>();
+        } else {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tdQrdQ);
+          hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
+        }
+      };
+      if constexpr (kOverlapSteps) {
+        // With S^T crossing steps, every accumulator is created (and pinned by a fence) once
+        // per tile, before any GEMM is in flight: a fragment created inside the step would
+        // get its undefined initial value from a register that ptxas may have merged with the
+        // in-flight S^T accumulator.
+        auto tSrS = fresh_scores();
+        auto tSrdP = fresh_scores();
+        auto tdQrdQ = fresh_dq();
+        warpgroup_fence_operand(tSrS);
+        warpgroup_fence_operand(tSrdP);
+        warpgroup_fence_operand(tdQrdQ);
+        issue_scores(tSrS, 0);
+        warpgroup_wait<0>();
+        for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, tSrS, tSrdP, tdQrdQ);
+        step(steps - 1, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
+      } else {
+        for (int i = 0; i < steps; ++i) {
+          // Fresh accumulators in every step: 1-2% faster at d64 than ones kept per tile.
           auto tSrS = fresh_scores();
           auto tSrdP = fresh_scores();
           auto tdQrdQ = fresh_dq();
-          warpgroup_fence_operand(tSrS);
-          warpgroup_fence_operand(tSrdP);
-          warpgroup_fence_operand(tdQrdQ);
-          issue_scores(tSrS, 0);
-          warpgroup_wait<0>();
-          for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, tSrS, tSrdP, tdQrdQ);
-          step(steps - 1, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
-        } else {
-          for (int i = 0; i < steps; ++i) {
-            // Fresh accumulators in every step: 1-2% faster at d64 than ones kept per tile.
-            auto tSrS = fresh_scores();
-            auto tSrdP = fresh_scores();
-            auto tdQrdQ = fresh_dq();
-            step(i, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
-          }
+          step(i, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
         }
-        fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
-        kv_pipe.advance();
       }
-      store_kv_grads(p, tdKrdK, tdVrdV, tdKVcdKV, w);
-    }
+    });
   }
 };
 

@@ -20,20 +20,14 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/bwd/consumer_common.hpp"
 #include "kernels/bwd/dq_writer.hpp"
-#include "kernels/bwd/epilogue.hpp"
-#include "kernels/bwd/params.hpp"
-#include "kernels/bwd/schedule.hpp"
 #include "kernels/bwd/score_grads.hpp"
 #include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/consumer.hpp"
 #include "kernels/fwd/pipeline.hpp"
 
 namespace hopattn::kernels::bwd {
-
-// Named barrier ids (0 is __syncthreads).
-constexpr int kWideDsReadyBarrier = 1;  // both warpgroups' P^T and dS^T of this step are stored
-constexpr int kWidePdsFreeBarrier = 2;  // one P/dS buffer: both warpgroups' GEMMs of the last step are done
 
 // The shared-memory operands of one step as WGMMA descriptor tensors, rebuilt in every step
 // from a base offset by `salt` (always 0, read from the kernel parameters) so that ptxas does
@@ -43,7 +37,7 @@ template <class T, class MSdP, class MDkv, class MDq>
 __device__ __forceinline__ auto wide_operand_views(typename T::SharedStorage& smem, int salt, int wg, MSdP& mma_sdp,
                                                    MDkv& mma_dkv, MDq& mma_dq) {
   using namespace cute;
-  auto view = [salt](auto* ptr, auto layout) { return make_tensor(make_smem_ptr(ptr + salt), layout); };
+  auto view = [salt](auto* ptr, auto layout) { return salted_smem(ptr, salt, layout); };
   auto sdp = mma_sdp.get_thread_slice(wg * 128);
   auto dkv = mma_dkv.get_thread_slice(wg * 128);
   auto dq = mma_dq.get_thread_slice(0);
@@ -62,7 +56,7 @@ __device__ __forceinline__ auto wide_operand_views(typename T::SharedStorage& sm
 template <class T, class MDq>
 __device__ __forceinline__ auto kt_chunk_view(typename T::SharedStorage& smem, int salt, int chunk_idx, MDq& mma_dq) {
   using namespace cute;
-  Tensor sKt = make_tensor(make_smem_ptr(smem.k.data() + salt), typename T::SmemLayoutKt{});  // (d, keys)
+  Tensor sKt = salted_smem(smem.k.data(), salt, typename T::SmemLayoutKt{});  // (d, keys)
   Tensor chunk = local_tile(sKt, Shape<Int<T::kDqChunkCols>, Int<T::kBlockN>>{}, make_coord(chunk_idx, _0{}));
   return mma_dq.get_thread_slice(0).partition_fragment_B(chunk);  // (MMA, d chunk, keys)
 }
@@ -72,11 +66,7 @@ struct BwdWideConsumer {
   using Element = typename T::Element;
   static constexpr int kBlockM = T::kBlockM, kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
   static constexpr int kDqChunks = T::kDqChunks;
-#ifdef HOPATTN_EXP_SERIAL_STEPS
-  static constexpr bool kOverlapSteps = false;  // the ablation, as traits.hpp
-#else
-  static constexpr bool kOverlapSteps = true;
-#endif
+  static constexpr bool kOverlapSteps = T::kOverlapSteps;
 
   using LayoutS = typename decltype(partition_fragment_C(std::declval<typename T::MmaSdP&>(),
                                                          Shape<Int<kBlockN>, Int<kBlockM>>{}))::layout_type;
@@ -99,8 +89,6 @@ struct BwdWideConsumer {
     typename T::MmaDQChunk mma_dq;
     // Accumulator coordinates depend on the thread.
     Tensor tScS = mma_sdp.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kBlockM>>{}));
-    Tensor tdKVcdKV =
-        mma_dkv.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
 
     // P^T and dS^T leave the registers with stmatrix (the accumulator's 8x8 fragments are the
     // matrices it stores), into the (keys, queries, buffer) tiles.
@@ -109,120 +97,104 @@ struct BwdWideConsumer {
     Tensor tPsP = st_thr.partition_D(make_tensor(make_smem_ptr(smem.pt.data()), typename T::SmemLayoutPt{}));
     Tensor tdSsdS = st_thr.partition_D(make_tensor(make_smem_ptr(smem.ds.data()), typename T::SmemLayoutPt{}));
 
-    fwd::TileRingState ring;
     int buf = 0;
-    for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
-         tile = fwd::receive_tile(smem.tiles, ring)) {
-      const TileWork<T> w = tile_work<T>(p, sched, tile);
-      if (w.n_block * kBlockN >= w.si.seqlen_k) continue;  // no keys: nothing to write
-      Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
-      Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
-      clear(tdVrdV);
-      clear(tdKrdK);
+    for_each_key_tile(p, smem, sched, kv_pipe, mma_dkv, tid, [&](const TileWork<T>& w, int steps, auto& tdKrdK,
+                                                                 auto& tdVrdV) {
       // Every accumulator is created and pinned here, before any GEMM is in flight (consumer.hpp
       // says why: otherwise ptxas may serialize every WGMMA of the kernel). The S^T, dP^T and dQ
       // GEMMs start from zero (their previous contents are dead).
       Tensor tSrS = make_tensor<float>(LayoutS{});
       Tensor tSrdP = make_tensor<float>(LayoutS{});
       Tensor tdQrdQ = make_tensor<float>(append(shape(LayoutDq{}), Int<kDqChunks>{}));  // (frag..., chunk)
-      warpgroup_fence_operand(tdVrdV);
-      warpgroup_fence_operand(tdKrdK);
       warpgroup_fence_operand(tSrS);
       warpgroup_fence_operand(tSrdP);
       warpgroup_fence_operand(tdQrdQ);
-      if (!w.empty()) {
-        fwd::wait_full(smem.kv_full, kv_pipe.phase);
-        const int steps = p.head_group * (w.m_end - w.m_begin);
-        StepCursor cur{w.m_begin, w.m_begin, w.m_end};
-        // S^T and dP^T of the step in pipe.stage, once its Q and dO have landed.
-        auto issue_scores = [&](int salt) {
-          auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
-              wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
-          fwd::wait_full(smem.q_full[pipe.stage], pipe.phase);
-          issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage), tSrS);
-          fwd::wait_full(smem.do_full[pipe.stage], pipe.phase);
-          issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, pipe.stage), tSrdP);
-        };
-        // One step. With kPrefetch, the next step's S^T and dP^T are issued before the last dQ
-        // chunk is handed off, so that the tensor cores run through the hand-off; they are
-        // waited for before the loop turns (a GEMM in flight across the back edge makes ptxas
-        // serialize every WGMMA, C7514). The last step is a separate instance so that the number
-        // of GEMM batches in flight never depends on a branch (C7518).
-        auto step = [&](int i, auto prefetch) {
-          constexpr bool kPrefetch = decltype(prefetch)::value;
-          const int s = pipe.stage, m = cur.m;
-          const int salt = i & p.opaque_zero;
-          auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
-              wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
-          if constexpr (!kOverlapSteps) {
+      StepCursor cur{w.m_begin, w.m_begin, w.m_end};
+      // S^T and dP^T of the step in pipe.stage, once its Q and dO have landed.
+      auto issue_scores = [&](int salt) {
+        auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
+            wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
+        fwd::wait_full(smem.q_full[pipe.stage], pipe.phase);
+        issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage), tSrS);
+        fwd::wait_full(smem.do_full[pipe.stage], pipe.phase);
+        issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, pipe.stage), tSrdP);
+      };
+      // One step. With kPrefetch, the next step's S^T and dP^T are issued before the last dQ
+      // chunk is handed off, so that the tensor cores run through the hand-off; they are
+      // waited for before the loop turns (a GEMM in flight across the back edge makes ptxas
+      // serialize every WGMMA, C7514). The last step is a separate instance so that the number
+      // of GEMM batches in flight never depends on a branch (C7518).
+      auto step = [&](int i, auto prefetch) {
+        constexpr bool kPrefetch = decltype(prefetch)::value;
+        const int s = pipe.stage, m = cur.m;
+        const int salt = i & p.opaque_zero;
+        auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
+            wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
+        if constexpr (!kOverlapSteps) {
+          issue_scores(salt);
+          warpgroup_wait<1>();  // S^T is ready; dP^T may still run
+        }  // else both completed in the previous step (or the prologue)
+        warpgroup_fence_operand(tSrS);
+        scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
+        Tensor tSrP16 = make_tensor<Element>(LayoutS{});  // accumulator order
+        convert_into(tSrS, tSrP16);
+        // With one P/dS buffer, both warpgroups' GEMMs of the previous step must be done
+        // reading it (each waited for its own before the step ended).
+        if constexpr (T::kPdsBuffers == 1) named_barrier_sync(kPdsFreeBarrier, T::kNumConsumerThreads);
+        copy(st_copy, st_thr.retile_S(tSrP16), tPsP(_, _, _, buf));
+
+        if constexpr (!kOverlapSteps) warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrdP);
+        probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
+        Tensor tSrdS16 = make_tensor<Element>(LayoutS{});
+        convert_into(tSrdP, tSrdS16);
+        copy(st_copy, st_thr.retile_S(tSrdS16), tdSsdS(_, _, _, buf));
+        cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
+        named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
+
+        auto tdVsPt_buf = tdVsPt(_, _, _, buf);  // lvalues: issue_wgmma takes A by reference
+        auto tdKsdSt_buf = tdKsdSt(_, _, _, buf);
+        auto tdQsdS_buf = tdQsdS(_, _, _, buf);
+        issue_wgmma<false, false>(mma_dkv, tdVsPt_buf, tdVsdOt(_, _, _, s), tdVrdV);
+        issue_wgmma<false, false>(mma_dkv, tdKsdSt_buf, tdKsQt(_, _, _, s), tdKrdK);
+        for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
+          auto tdQrdQ_c = tdQrdQ(_, _, _, c);
+          issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks + c, mma_dq),
+                                   tdQrdQ_c);
+        });
+        if constexpr (T::kPdsBuffers == 2) buf ^= 1;
+
+        // dV and dK (the last readers of this Q/dO stage) complete before the dQ chunks.
+        warpgroup_wait<kDqChunks>();
+        warpgroup_fence_operand(tdVrdV);
+        warpgroup_fence_operand(tdKrdK);
+        fwd::release(smem.qdo_empty[s]);
+        pipe.advance();
+        cur.advance();
+        // Each chunk goes to the writer as soon as its GEMM is done; the later ones run meanwhile.
+        for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
+          constexpr int kLater = kDqChunks - 1 - decltype(c)::value;  // dQ GEMMs issued after this one
+          if constexpr (kPrefetch && kLater == 0) {
             issue_scores(salt);
-            warpgroup_wait<1>();  // S^T is ready; dP^T may still run
-          }  // else both completed in the previous step (or the prologue)
-          warpgroup_fence_operand(tSrS);
-          scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
-          Tensor tSrP16 = make_tensor<Element>(LayoutS{});  // accumulator order
-          convert_into(tSrS, tSrP16);
-          // With one P/dS buffer, both warpgroups' GEMMs of the previous step must be done
-          // reading it (each waited for its own before the step ended).
-          if constexpr (T::kPdsBuffers == 1) named_barrier_sync(kWidePdsFreeBarrier, T::kNumConsumerThreads);
-          copy(st_copy, st_thr.retile_S(tSrP16), tPsP(_, _, _, buf));
-
-          if constexpr (!kOverlapSteps) warpgroup_wait<0>();
-          warpgroup_fence_operand(tSrdP);
-          probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
-          Tensor tSrdS16 = make_tensor<Element>(LayoutS{});
-          convert_into(tSrdP, tSrdS16);
-          copy(st_copy, st_thr.retile_S(tSrdS16), tdSsdS(_, _, _, buf));
-          cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
-          named_barrier_sync(kWideDsReadyBarrier, T::kNumConsumerThreads);
-
-          auto tdVsPt_buf = tdVsPt(_, _, _, buf);  // lvalues: issue_wgmma takes A by reference
-          auto tdKsdSt_buf = tdKsdSt(_, _, _, buf);
-          auto tdQsdS_buf = tdQsdS(_, _, _, buf);
-          issue_wgmma<false, false>(mma_dkv, tdVsPt_buf, tdVsdOt(_, _, _, s), tdVrdV);
-          issue_wgmma<false, false>(mma_dkv, tdKsdSt_buf, tdKsQt(_, _, _, s), tdKrdK);
-          for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
-            auto tdQrdQ_c = tdQrdQ(_, _, _, c);
-            issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks + c, mma_dq),
-                                     tdQrdQ_c);
-          });
-          if constexpr (T::kPdsBuffers == 2) buf ^= 1;
-
-          // dV and dK (the last readers of this Q/dO stage) complete before the dQ chunks.
-          warpgroup_wait<kDqChunks>();
-          warpgroup_fence_operand(tdVrdV);
-          warpgroup_fence_operand(tdKrdK);
-          fwd::release(smem.qdo_empty[s]);
-          pipe.advance();
-          cur.advance();
-          // Each chunk goes to the writer as soon as its GEMM is done; the later ones run meanwhile.
-          for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
-            constexpr int kLater = kDqChunks - 1 - decltype(c)::value;  // dQ GEMMs issued after this one
-            if constexpr (kPrefetch && kLater == 0) {
-              issue_scores(salt);
-              warpgroup_wait<2>();
-            } else {
-              warpgroup_wait<kLater>();
-            }
-            auto tdQrdQ_c = tdQrdQ(_, _, _, c);
-            warpgroup_fence_operand(tdQrdQ_c);
-            hand_off_dq<T>(smem, dq_pipe, tdQrdQ_c, tid);
-          });
-          if constexpr (kPrefetch) warpgroup_wait<0>();
-        };
-        if constexpr (kOverlapSteps) {
-          issue_scores(0);
-          warpgroup_wait<0>();
-          for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{});
-          step(steps - 1, cute::false_type{});
-        } else {
-          for (int i = 0; i < steps; ++i) step(i, cute::false_type{});
-        }
-        fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
-        kv_pipe.advance();
+            warpgroup_wait<2>();
+          } else {
+            warpgroup_wait<kLater>();
+          }
+          auto tdQrdQ_c = tdQrdQ(_, _, _, c);
+          warpgroup_fence_operand(tdQrdQ_c);
+          hand_off_dq<T>(smem, dq_pipe, tdQrdQ_c, tid);
+        });
+        if constexpr (kPrefetch) warpgroup_wait<0>();
+      };
+      if constexpr (kOverlapSteps) {
+        issue_scores(0);
+        warpgroup_wait<0>();
+        for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{});
+        step(steps - 1, cute::false_type{});
+      } else {
+        for (int i = 0; i < steps; ++i) step(i, cute::false_type{});
       }
-      store_kv_grads(p, tdKrdK, tdVrdV, tdKVcdKV, w);
-    }
+    });
   }
 };
 

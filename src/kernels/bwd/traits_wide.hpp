@@ -52,6 +52,13 @@ struct BwdWideTraits {
   static_assert(kHeadDim == 192 || kHeadDim == 256, "the wide backward kernel is for head dims 192 and 256");
   static_assert(kHalfDim % kDqChunks == 0 && kDqChunkCols % 8 == 0, "whole WGMMA N-tiles per dQ chunk");
   static_assert(kPdsBuffers == 1 || kPdsBuffers == 2);
+  // Issue the next step's S^T and dP^T under the last dQ hand-off (consumer_wide.hpp);
+  // HOPATTN_EXP_SERIAL_STEPS turns it off, as in traits.hpp.
+#ifdef HOPATTN_EXP_SERIAL_STEPS
+  static constexpr bool kOverlapSteps = false;
+#else
+  static constexpr bool kOverlapSteps = true;
+#endif
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;

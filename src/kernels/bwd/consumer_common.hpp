@@ -1,0 +1,63 @@
+// What the two backward consumers (consumer.hpp for d <= 128, consumer_wide.hpp for d = 192,
+// 256) share: the named barrier ids, the salted shared-memory views their operand descriptors
+// are built from, and the loop over key tiles with the dK and dV accumulators of each.
+#pragma once
+
+#include <cute/tensor.hpp>
+
+#include "kernels/bwd/epilogue.hpp"
+#include "kernels/bwd/params.hpp"
+#include "kernels/bwd/schedule.hpp"
+#include "kernels/common/device_utils.hpp"
+#include "kernels/fwd/pipeline.hpp"
+
+namespace hopattn::kernels::bwd {
+
+// Named barrier ids of the backward consumers (0 is __syncthreads).
+constexpr int kDsReadyBarrier = 1;  // both warpgroups' dS (and, d > 128, P^T) of this step are stored
+constexpr int kPdsFreeBarrier = 2;  // d > 128 with one P/dS buffer: both warpgroups' GEMMs of the last step are done
+
+// A shared-memory tile whose base is offset by `salt`: always 0, but read from the kernel
+// parameters, so that ptxas cannot hoist the descriptors built from it out of the step loop
+// (operand_views in consumer.hpp says why).
+template <class E, class Layout>
+__device__ __forceinline__ auto salted_smem(E* ptr, int salt, Layout layout) {
+  return cute::make_tensor(cute::make_smem_ptr(ptr + salt), layout);
+}
+
+// The consumers' walk over key tiles: for each tile with keys, fresh dK and dV accumulators;
+// once K and V have landed, run_steps(w, steps, dK, dV) runs the tile's steps (every query
+// block of every query head in the KV head's group); then K and V are freed and dK, dV stored.
+template <class T, class MmaDkv, class RunSteps>
+__device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                                  const fwd::TileScheduler& sched, fwd::PipeState<1>& kv_pipe,
+                                                  MmaDkv& mma_dkv, int tid, RunSteps&& run_steps) {
+  using namespace cute;
+  constexpr int kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
+  Tensor tdKVcdKV =  // accumulator coordinates depend on the thread
+      mma_dkv.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
+  fwd::TileRingState ring;
+  for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
+       tile = fwd::receive_tile(smem.tiles, ring)) {
+    const TileWork<T> w = tile_work<T>(p, sched, tile);
+    if (w.n_block * kBlockN >= w.si.seqlen_k) continue;  // no keys: nothing to write
+    Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+    Tensor tdKrdK = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
+    clear(tdVrdV);
+    clear(tdKrdK);
+    // Pins the zeros into the accumulators here. Otherwise NVVM materializes them after the
+    // first S^T GEMM is issued, copied from the same zero register that fed that GEMM's
+    // accumulator; ptxas then sees reads of an in-flight accumulator and serializes every WGMMA.
+    warpgroup_fence_operand(tdVrdV);
+    warpgroup_fence_operand(tdKrdK);
+    if (!w.empty()) {
+      fwd::wait_full(smem.kv_full, kv_pipe.phase);
+      run_steps(w, p.head_group * (w.m_end - w.m_begin), tdKrdK, tdVrdV);
+      fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
+      kv_pipe.advance();
+    }
+    store_kv_grads(p, tdKrdK, tdVrdV, tdKVcdKV, w);
+  }
+}
+
+}  // namespace hopattn::kernels::bwd

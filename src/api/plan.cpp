@@ -88,7 +88,7 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
 }
 
 // Whether the mask hides a large share of the (query, key) pairs, which is when the 128-key
-// kernels beat wider key tiles (FwdKernelUse::kMaskedLongKeys): a left window always does; a causal
+// kernels beat wider key tiles (FwdKernelUse::kMasked): a left window always does; a causal
 // or right window does when there are at least half as many queries as keys. Aligned bottom-right,
 // a short query block against a long cache (chunked prefill) hides almost nothing.
 bool mask_hides_much(const FwdProblem& prob) {

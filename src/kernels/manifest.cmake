@@ -32,13 +32,18 @@ endforeach()
 #   at long sequences, where ptxas moves the mainloop's stage arithmetic out of uniform registers;
 #   d64 (three consumer warpgroups, then 192x96 tiles) lost everywhere; d192/d256 have no shared
 #   memory for the buffer.
-# * "masked" (kMaskedLongKeys): 128-key tiles with register stores, for problems past the short
-#   limit whose mask hides much (a left window, or causal with seqlen_q >= seqlen_k / 2: plan.cpp).
-#   Only d128 needs it: its default kernel has 176-key tiles, +2..5% at long unmasked sequences
-#   and +1..2% on causal chunked prefill, but 3-5% slower under a full causal mask (session 6).
+# * "masked" (kMasked): 128 x 128 tiles with register stores, for problems past the short limit
+#   whose mask hides much (a left window, or causal with seqlen_q >= seqlen_k / 2: plan.cpp), up to
+#   _masked_max_keys_HD keys (0: any length).
+#   d128: its default kernel has 176-key tiles, +2..5% at long unmasked sequences and +1..2% on
+#   causal chunked prefill, but 3-5% slower under a full causal mask (session 6).
+#   d64: its default kernel has 192 x 128 tiles with three consumer warpgroups; under a causal
+#   mask at 512-1k keys, where most tiles hold a diagonal block, two warpgroups with 240 registers
+#   each measured +8..12% (session 6), and lost 4-13% everywhere else.
 set(_short_max_keys_96 1024)
 set(_short_max_keys_128 2048)
-set(_masked_long_128 ON)
+set(_masked_max_keys_64 1024)
+set(_masked_max_keys_128 0)
 file(MAKE_DIRECTORY "${_gen}")
 set(HOPATTN_KERNEL_SOURCES "")
 set(DECLS "")
@@ -66,7 +71,7 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
     if(DEFINED _short_max_keys_${HDIM})
       list(APPEND _variants "staged")
     endif()
-    if(_masked_long_${HDIM})
+    if(DEFINED _masked_max_keys_${HDIM})
       list(APPEND _variants "masked")
     endif()
     foreach(_variant IN LISTS _variants)
@@ -81,7 +86,8 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
         set(USE "kShortKeys")
         set(MAX_KEYS ${_short_max_keys_${HDIM}})
       elseif(_variant STREQUAL "masked")
-        set(USE "kMaskedLongKeys")
+        set(USE "kMasked")
+        set(MAX_KEYS ${_masked_max_keys_${HDIM}})
       else()
         set(OVERLAP "false")
         set(ABLATION "true")

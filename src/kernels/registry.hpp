@@ -16,8 +16,8 @@ namespace hopattn::kernels {
 // (manifest.cmake lists them, with the measurements behind each choice).
 enum class FwdKernelUse {
   kDefault,         // everything the others do not take
-  kShortKeys,       // seqlen_k <= max_keys (the staged-epilogue kernels)
-  kMaskedLongKeys,  // masks that hide much (plan.cpp) with seqlen_k > the short kernel's limit
+  kShortKeys,  // seqlen_k <= max_keys (the staged-epilogue kernels)
+  kMasked,     // masks that hide much (plan.cpp), seqlen_k <= max_keys (0: any), past the short kernel
 };
 
 struct FwdKernel {
@@ -27,7 +27,7 @@ struct FwdKernel {
   bool ablation_no_overlap;  // the Table 2 variant without intra-warpgroup overlap
   int block_n;               // keys per tile: FP8 K/V scale blocks must be a multiple
   FwdKernelUse use;
-  int max_keys;  // kShortKeys: the longest seqlen_k it takes; 0 otherwise
+  int max_keys;  // kShortKeys, kMasked: the longest seqlen_k it takes; 0: no limit (kMasked) or unused
   size_t (*workspace_bytes)(const FwdArgs&);
   void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
 };

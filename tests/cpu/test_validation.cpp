@@ -100,6 +100,30 @@ TEST_F(FwdFixture, KernelFollowsKeyLengthAndMask) {
   EXPECT_EQ(plan_for(64, 8192, false, 512), "fwd_sm90_bf16_hd128_masked");
 }
 
+// d64 has a masked kernel (two consumer warpgroups, 128 x 128 tiles) for masks that hide much up
+// to 1024 keys; everything else runs the default 192 x 128 kernel (three warpgroups).
+TEST_F(FwdFixture, HeadDim64MaskedKernelTakesShortCausal) {
+  auto plan_for = [&](int64_t queries, int64_t keys, bool causal, int window_left = -1) {
+    p.q = arena.tensor(DType::kBFloat16, {2, queries, 8, 64});
+    p.out = arena.tensor(DType::kBFloat16, {2, queries, 8, 64});
+    p.lse = arena.tensor(DType::kFloat32, {2, 8, queries});
+    p.k = arena.tensor(DType::kBFloat16, {2, keys, 2, 64});
+    p.v = arena.tensor(DType::kBFloat16, {2, keys, 2, 64});
+    p.mask = {causal, window_left, -1};
+    return plan_fwd(p, fake_hopper()).kernel;
+  };
+  try {
+    plan_for(64, 64, false);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "bf16 head dim 64 not in this build: " << e.what();
+  }
+  EXPECT_EQ(plan_for(1024, 1024, true), "fwd_sm90_bf16_hd64_masked");
+  EXPECT_EQ(plan_for(1025, 1025, true), "fwd_sm90_bf16_hd64");
+  EXPECT_EQ(plan_for(1024, 1024, false), "fwd_sm90_bf16_hd64");
+  EXPECT_EQ(plan_for(100, 1000, true), "fwd_sm90_bf16_hd64");  // chunked prefill: little is masked
+  EXPECT_EQ(plan_for(100, 1000, false, 64), "fwd_sm90_bf16_hd64_masked");
+}
+
 // FwdTuning::kernel forces a compiled kernel of the problem's dtype and head dim (A/B runs on
 // one build); anything else is an argument error naming tuning.kernel.
 TEST_F(FwdFixture, ForcedKernel) {

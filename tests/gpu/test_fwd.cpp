@@ -140,6 +140,13 @@ std::vector<FwdCase> coverage() {
   add([](FwdCase& c) { c.dtype = DType::kFloat16; c.seqlen_q = 129; c.seqlen_k = 2113; c.nheads = 2; c.nheads_k = 1; });
   add([](FwdCase& c) { c.varlen_q = {100, 7, 260}; c.varlen_k = {2100, 50, 3000}; c.nheads = 4; c.nheads_k = 1; });
   add([](FwdCase& c) { c.head_dim = 96; c.seqlen_q = 70; c.seqlen_k = 1100; c.nheads = 2; c.nheads_k = 2; });
+  // d64: causal or left-windowed problems up to 1024 keys run the masked two-warpgroup kernel
+  // (ragged, GQA, fp16, varlen, softcap); 1025 keys go back to the three-warpgroup default.
+  add([](FwdCase& c) { c.head_dim = 64; c.seqlen_q = 1000; c.seqlen_k = 1000; c.causal = true; c.nheads = 4; c.nheads_k = 2; });
+  add([](FwdCase& c) { c.head_dim = 64; c.dtype = DType::kFloat16; c.seqlen_q = 700; c.seqlen_k = 1024; c.causal = true; c.softcap = 30.f; });
+  add([](FwdCase& c) { c.head_dim = 64; c.varlen_q = {513, 1, 900}; c.varlen_k = {513, 64, 1000}; c.window_left = 100; c.window_right = 0; c.nheads = 2; c.nheads_k = 1; });
+  add([](FwdCase& c) { c.head_dim = 64; c.seqlen_q = 1025; c.seqlen_k = 1025; c.causal = true; c.nheads = 2; c.nheads_k = 2; });
+  add([](FwdCase& c) { c.head_dim = 64; c.force_kernel = "fwd_sm90_bf16_hd64_masked"; c.seqlen_q = 333; c.seqlen_k = 2100; });
   // The Table 2 ablation kernel (no intra-warpgroup overlap, the default 176-key d128 tile) serves
   // every length and mask: ragged causal and windowed.
   add([](FwdCase& c) { c.no_overlap = true; c.seqlen_q = 300; c.seqlen_k = 517; c.causal = true; });

@@ -25,6 +25,16 @@ CUTLASS_DEVICE int warp_idx_uniform() {
   return __shfl_sync(0xffffffff, static_cast<int>(threadIdx.x) / 32, 0);
 }
 
+// The lane index, read where it is used: a volatile read cannot be hoisted, so ptxas does not keep
+// lane-derived values live across a mainloop for a later epilogue. At d256 the forward's 16-byte
+// epilogue stores made ptxas hold one such value through the mainloop and spill a register in an
+// mbarrier retry path; reading the lane here removed the spill (perf-log, session 10).
+CUTLASS_DEVICE int lane_id_fresh() {
+  uint32_t lane;
+  asm volatile("mov.u32 %0, %%laneid;" : "=r"(lane));
+  return static_cast<int>(lane);
+}
+
 // WGMMA accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) seen as a (rows, cols) matrix:
 // rows = (2 row halves, MMA_M), cols = (2 adjacent cols, N/8 col groups, MMA_N).
 template <class Layout>

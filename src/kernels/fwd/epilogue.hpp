@@ -5,8 +5,8 @@
 //  * staged (T::Output::kStaged, output_tile.hpp): stmatrix into the warpgroup's shared buffer,
 //    then one thread issues a TMA store and the warpgroup moves on to its next tile. Used unless
 //    a varlen slice would cross into the next sequence (TMA clips only at the tensor's end).
-//  * register stores (write_rows): 16-byte stores after a transpose within each quad, with row
-//    bounds checks.
+//  * register stores (write_rows): 16-byte stores after a transpose within each quad (two consumer
+//    warpgroups), with row bounds checks.
 // Named barrier kEpilogueBarrierBase + w (128 threads, warpgroup w) is passed twice per staged
 // store: "the previous store has read the buffer" and "the buffer is written".
 #pragma once
@@ -122,15 +122,15 @@ struct Epilogue {
     }
   }
 
-  // Register stores with row bounds checks. Two consumer warpgroups, d <= 192: 16-byte stores. The
+  // Register stores with row bounds checks. Two consumer warpgroups: 16-byte stores. The
   // four threads of a quad share a row and hold 2 adjacent columns of each 8-column group; a 4x4
   // transpose over the quad (4 shuffles per 4 groups) hands each thread one whole group, stored with
   // one 16-byte STG instead of four 4-byte ones that half-fill their sectors (+1.4% at d128 4k, +8%
   // at d256 1k on an H200, perf-log session 7). `out` rows are 16-byte aligned (validated for TMA).
   // The shuffles run for every row so that all lanes take part; only the stores are predicated.
   // Values are converted 8 at a time from the accumulator, so no converted copy of O is live.
-  // 4-byte stores for three warpgroups (d64, 160 registers: the transpose spilled 8 bytes, no gain)
-  // and for d256, where ptxas then spills one register around an mbarrier wait's retry loop.
+  // 4-byte stores for three warpgroups (d64, 160 registers: the transpose spilled 8 bytes, no gain).
+  // The quad position comes from lane_id_fresh(): with threadIdx.x, ptxas spilled at d256.
   template <class Out, class TensorO, class TensorC>
   __device__ __forceinline__ static void write_rows(const FwdKernelParams<T>& p, TensorO& tOrO, const TensorC& tOcO,
                                                     const TileCoord& c, const SeqInfo& si, int row0) {
@@ -139,12 +139,12 @@ struct Epilogue {
     Tensor c_rc = make_tensor(tOcO.data(), acc_as_rowcol(tOcO.layout()));
     constexpr int kGroups = decltype(size<1>(o_rc))::value / 2;  // 8-column groups per row
     static_assert(kGroups % 4 == 0, "the quad transpose takes 4 groups at a time");
-    constexpr bool kWideStores = T::kNumConsumerWgs == 2 && T::kHeadDim <= 192;
+    constexpr bool kWideStores = T::kNumConsumerWgs == 2;
     const bool varlen = p.cu_seqlens_q != nullptr;
     Out* base = static_cast<Out*>(p.out) +
                 (varlen ? int64_t(si.q_offset) * p.out_row_stride : c.batch * p.out_batch_stride) +
                 c.head * p.out_head_stride;
-    const int t = int(threadIdx.x) % 4;
+    const int t = lane_id_fresh() % 4;
     CUTE_UNROLL
     for (int i = 0; i < size<0>(o_rc); ++i) {
       const int row = row0 + get<0>(c_rc(i, 0));

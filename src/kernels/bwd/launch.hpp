@@ -1,6 +1,6 @@
 // Host side of the backward pass: workspace carving, TMA descriptors, scheduler sizing, and the
-// four launches (memset of dq_accum, preprocess, main kernel, postprocess), all on one stream
-// and graph-capturable.
+// launches (memsets of the tile counter and semaphores, preprocess with the dq_accum clear, main
+// kernel, postprocess), all on one stream and graph-capturable.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -87,12 +87,22 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
                                                    std::to_string(T::kBlockN) + ")");
   p.num_n_blocks = int(num_n_blocks);
   p.num_tiles = int(num_tiles);
-  // Every key block of a KV head reads all of its group's Q and dO: size L2 sections so that
-  // the Q and dO of the KV heads running at one time fit in about half of L2.
-  const double qdo_bytes_per_kv_head =
-      2.0 * std::max(a.seqlen_q, 1) * T::kHeadDim * sizeof(Element) * (a.nheads / a.nheads_k);
-  const int64_t fit = std::max<int64_t>(1, int64_t(0.5 * fwd::l2_cache_bytes() / qdo_bytes_per_kv_head));
-  p.heads_per_l2_section = int(std::min<int64_t>(pairs, fit));
+  // Every key block of a KV head reads all of its group's Q and dO and adds into its dq_accum
+  // rows. Without a mask all key blocks take equally long: one (KV head, batch) pair per L2
+  // section, so the key blocks of a head run side by side, walk the query blocks together and
+  // share each Q/dO load and dq_accum line in L2 (+5..10% at d128 1k-8k against the sections
+  // below, perf-log session 10). With a causal or windowed mask the key blocks differ in length
+  // and the early ones are the longest: sections of many heads start the longest blocks of all of
+  // them first (LPT), sized so that the Q and dO of the KV heads running at one time fit in about
+  // half of L2 (one pair per section measured 3-7% slower there).
+  if (a.has_window()) {
+    const double qdo_bytes_per_kv_head =
+        2.0 * std::max(a.seqlen_q, 1) * T::kHeadDim * sizeof(Element) * (a.nheads / a.nheads_k);
+    const int64_t fit = std::max<int64_t>(1, int64_t(0.5 * fwd::l2_cache_bytes() / qdo_bytes_per_kv_head));
+    p.heads_per_l2_section = int(std::min<int64_t>(pairs, fit));
+  } else {
+    p.heads_per_l2_section = 1;
+  }
   return p;
 }
 
@@ -102,9 +112,10 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   const WorkspaceLayout wl = workspace_layout<T>(a);
   char* ws = static_cast<char*>(workspace);
   const bool varlen = a.varlen();
-  // dq_accum (and the semaphores) start at zero; lse_log2 and dsum are fully written below.
+  // The tile counter and the semaphores start at zero; lse_log2, dsum and the dq_accum blocks
+  // the main kernel adds into are written by the preprocess kernel.
   HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws, 0, sizeof(int), stream));
-  HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws + wl.dq_accum_offset, 0, wl.total - wl.dq_accum_offset, stream));
+  if (wl.total > wl.sem_offset) HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws + wl.sem_offset, 0, wl.total - wl.sem_offset, stream));
   const int num_m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const dim3 row_grid(num_m_blocks, a.nheads, a.batch);
 

@@ -1,8 +1,11 @@
 // Backward preprocessing, one CTA per (query block, head, batch entry):
 //   dsum[row]     = sum_c dO[row, c] * O[row, c]     (FP32; D of the paper)
 //   lse_log2[row] = LSE[row] * log2(e)               (so that P = exp2(S * scale_log2 - lse_log2))
+//   dq_accum block = 0                                (the main kernel's dQ writer adds into it)
 // Rows without a visible key (forward LSE = -inf) and the padding rows of the last block get
 // lse_log2 = +inf and dsum = 0: their P is exactly 0, so the main kernel needs no row mask.
+// Zeroing dq_accum here rather than with a separate memset saves one pass over the 4 x d bytes
+// per row: the stores overlap this kernel's reads (perf-log, session 10).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -45,7 +48,7 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
   const int lane_in_row = threadIdx.x % Shape::kLanes;
   const int row_in_pass = threadIdx.x / Shape::kLanes;
   // Every load of the block is issued before any arithmetic (rows are 16-byte aligned: checked
-  // by the API); rows past seqlen_q read nothing.
+  // by the API); rows past seqlen_q read nothing. The block's dq_accum is cleared after them.
   uint4 o[kPasses][Shape::kVecs], d[kPasses][Shape::kVecs];
   CUTE_UNROLL
   for (int pass = 0; pass < kPasses; ++pass) {
@@ -60,6 +63,12 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
       }
     }
   }
+  float4* dq_block = reinterpret_cast<float4*>(p.dq_accum + (stats_base + m_block * kBlockM) * kHeadDim);
+  constexpr int kDqVecs = kBlockM * kHeadDim / 4;
+  static_assert(kDqVecs % kPreprocessThreads == 0);
+  CUTE_UNROLL
+  for (int i = 0; i < kDqVecs / kPreprocessThreads; ++i)
+    dq_block[i * kPreprocessThreads + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
   CUTE_UNROLL
   for (int pass = 0; pass < kPasses; ++pass) {
     const int row = m_block * kBlockM + pass * Shape::kRowsPerPass + row_in_pass;

@@ -1,6 +1,9 @@
 // Backward tile shapes per head dim (the one place they are chosen).
-// * d <= 128: 64 query rows per step, 128 keys per tile, two consumer warpgroups of 64 keys
-//   each, dK and dV of its keys in each warpgroup's registers (traits.hpp, consumer.hpp).
+// * d <= 128: 128 keys per tile, two consumer warpgroups of 64 keys each, dK and dV of its
+//   keys in each warpgroup's registers (traits.hpp, consumer.hpp); 64 query rows per step, 128 at
+//   d = 64, where S^T and dP^T of 64 x 128 per warpgroup still fit next to dK and dV (8 bytes of
+//   the step's registers spill) and halve the per-step costs: +3..8% from 2k (perf-log, session 10;
+//   session 2 measured it slower, when the kernel still spilled hundreds of bytes).
 // * d = 192, 256: 64 x d FP32 dK and dV no longer fit per warpgroup; 64 keys per tile shared by
 //   both warpgroups, which split the head dim instead (traits_wide.hpp, consumer_wide.hpp).
 //   Measured on an H200 (docs/perf-log.md, session 9), as (stages, dQ chunks, P/dS buffers):
@@ -27,6 +30,10 @@ namespace hopattn::kernels::bwd {
 #ifndef HOPATTN_BWD192_SHAPE
 #define HOPATTN_BWD192_SHAPE 212
 #endif
+// Query rows per step of the d64 kernel (experiments: -DHOPATTN_BWD64_BLOCK_M=64).
+#ifndef HOPATTN_BWD64_BLOCK_M
+#define HOPATTN_BWD64_BLOCK_M 128
+#endif
 template <class Element, int kHeadDim, int kShape>
 using WideBwdTraits = BwdWideTraits<Element, kHeadDim, kShape / 100, kShape / 10 % 10, kShape % 10>;
 
@@ -35,6 +42,7 @@ using DefaultBwdTraits =
     std::conditional_t<(kHeadDim > 128),
                        std::conditional_t<kHeadDim == 256, WideBwdTraits<Element, 256, HOPATTN_BWD256_SHAPE>,
                                           WideBwdTraits<Element, kHeadDim, HOPATTN_BWD192_SHAPE>>,
-                       BwdTraits<Element, kHeadDim, /*kBlockM=*/64, /*kBlockN=*/128, /*kStages=*/2>>;
+                       BwdTraits<Element, kHeadDim, /*kBlockM=*/kHeadDim == 64 ? HOPATTN_BWD64_BLOCK_M : 64,
+                                 /*kBlockN=*/128, /*kStages=*/2>>;
 
 }  // namespace hopattn::kernels::bwd

@@ -94,8 +94,11 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   // below, perf-log session 10). With a causal or windowed mask the key blocks differ in length
   // and the early ones are the longest: sections of many heads start the longest blocks of all of
   // them first (LPT), sized so that the Q and dO of the KV heads running at one time fit in about
-  // half of L2 (one pair per section measured 3-7% slower there).
-  if (a.has_window()) {
+  // half of L2 (one pair per section measured 3-7% slower there). Deterministic mode keeps those
+  // too: its adds into a query block go in key-block order, and key blocks of one head that run
+  // side by side wait for each other at every step (one-pair sections: 0.18x of the default at
+  // d64 1k, perf-log session 10).
+  if (a.has_window() || a.deterministic) {
     const double qdo_bytes_per_kv_head =
         2.0 * std::max(a.seqlen_q, 1) * T::kHeadDim * sizeof(Element) * (a.nheads / a.nheads_k);
     const int64_t fit = std::max<int64_t>(1, int64_t(0.5 * fwd::l2_cache_bytes() / qdo_bytes_per_kv_head));

@@ -15,7 +15,7 @@ namespace hopattn::kernels {
 // Which problems the dispatcher gives a forward kernel when its (dtype, head dim) has several
 // (manifest.cmake lists them, with the measurements behind each choice).
 enum class FwdKernelUse {
-  kDefault,         // everything the others do not take
+  kDefault,    // everything the others do not take
   kShortKeys,  // seqlen_k <= max_keys (the staged-epilogue kernels)
   kMasked,     // masks that hide much (plan.cpp), seqlen_k <= max_keys (0: any), past the short kernel
 };

@@ -94,7 +94,7 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   // below, perf-log session 10). With a causal or windowed mask the key blocks differ in length
   // and the early ones are the longest: sections of many heads start the longest blocks of all of
   // them first (LPT), sized so that the Q and dO of the KV heads running at one time fit in about
-  // half of L2 (one pair per section measured 3-7% slower there). Deterministic mode keeps those
+  // half of L2 (one pair per section measured 3-5% slower there). Deterministic mode keeps those
   // too: its adds into a query block go in key-block order, and key blocks of one head that run
   // side by side wait for each other at every step (one-pair sections: 0.18x of the default at
   // d64 1k, perf-log session 10).
@@ -118,7 +118,8 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   // The tile counter and the semaphores start at zero; lse_log2, dsum and the dq_accum blocks
   // the main kernel adds into are written by the preprocess kernel.
   HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws, 0, sizeof(int), stream));
-  if (wl.total > wl.sem_offset) HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws + wl.sem_offset, 0, wl.total - wl.sem_offset, stream));
+  if (wl.total > wl.sem_offset)
+    HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws + wl.sem_offset, 0, wl.total - wl.sem_offset, stream));
   const int num_m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const dim3 row_grid(num_m_blocks, a.nheads, a.batch);
 

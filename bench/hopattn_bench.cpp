@@ -111,7 +111,7 @@ void add_options(CLI::App& app, CliOptions& o) {
                  "Forward: time each of these compiled kernels (names as in the kernel column) per shape")
       ->delimiter(',');
   app.add_option("--l2-section-pairs", o.l2_section_pairs,
-                 "Forward: time each of these L2 section sizes ((batch, head) pairs; 0: from the L2 size)")
+                 "Time each of these L2 section sizes ((batch, head) pairs; 0: the library's rule)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 30));
   app.add_option("--warmup", o.timing.warmup, "Untimed launches before timing")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
@@ -155,15 +155,20 @@ std::vector<Case> single_shape_cases(const CliOptions& o) {
   return cases;
 }
 
-// One case per (kernel, L2 section) of --kernels x --l2-section-pairs for each forward case, in a
-// row, so that the variants of a shape are timed back to back.
+// One case per (kernel, L2 section) of --kernels x --l2-section-pairs for each forward case, and
+// per L2 section for each backward case, in a row, so that the variants of a shape are timed back
+// to back.
 std::vector<Case> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
   const std::vector<std::string> kernels = o.kernels.empty() ? std::vector<std::string>{""} : o.kernels;
   const std::vector<int32_t> sections = o.l2_section_pairs.empty() ? std::vector<int32_t>{0} : o.l2_section_pairs;
   std::vector<Case> out;
   for (const Case& c : cases) {
     if (c.direction != Direction::kFwd) {
-      out.push_back(c);
+      for (int32_t s : sections) {
+        Case v = c;
+        v.l2_section_pairs = s;
+        out.push_back(v);
+      }
       continue;
     }
     for (const std::string& k : kernels)

@@ -109,6 +109,7 @@ hopattn::BwdParams make_bwd_params(const Case& c, const BufferSet& b) {
   p.mask = f.mask;
   p.softcap = f.softcap;
   p.deterministic = c.deterministic;
+  p.tuning.l2_section_pairs = c.l2_section_pairs;
   return p;
 }
 

@@ -99,6 +99,11 @@ struct FwdParams {
   FwdTuning tuning;  // ablation switches, benchmarks only
 };
 
+// Experiment knob of the backward, as FwdTuning's: leave it at its default (the measured choice).
+struct BwdTuning {
+  int32_t l2_section_pairs = 0;  // > 0: (batch, KV head) pairs per L2 section of the tile order; 0: the library's rule
+};
+
 struct BwdParams {
   // The forward inputs and outputs.
   TensorView q, k, v, out, lse;
@@ -117,6 +122,7 @@ struct BwdParams {
   MaskArgs mask;
   float softcap = 0.f;
   bool deterministic = false;
+  BwdTuning tuning;
 };
 
 // Merges the partial results of split-KV attention:

@@ -172,6 +172,7 @@ kernels::BwdArgs make_bwd_args(const BwdParams& p, const FwdProblem& prob, const
   a.lse_head_stride = prob.varlen ? p.lse.stride[0] : p.lse.stride[1];
   fill_problem_args(a, p, prob, dev);
   a.deterministic = p.deterministic;
+  a.l2_section_pairs = p.tuning.l2_section_pairs;
   return a;
 }
 

@@ -34,6 +34,9 @@ FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev) {
   check_device_pointer(p.lse.data, "lse", dev);
   prob.has_lse = true;
   check_scalars(p.softmax_scale, p.mask, p.softcap, prob);
+  if (p.tuning.l2_section_pairs < 0)
+    fail("tuning.l2_section_pairs",
+         "must be >= 0 (0 = the library's rule), got " + std::to_string(p.tuning.l2_section_pairs));
   return prob;
 }
 

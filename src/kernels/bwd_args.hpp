@@ -21,6 +21,7 @@ struct BwdArgs : ProblemArgs {
   Strides3 q_stride, k_stride, v_stride, out_stride, dout_stride, dq_stride, dk_stride, dv_stride;
   int64_t lse_batch_stride = 0, lse_head_stride = 0;  // row stride is 1
   bool deterministic = false;
+  int32_t l2_section_pairs = 0;  // BwdTuning::l2_section_pairs
 };
 
 }  // namespace hopattn::kernels

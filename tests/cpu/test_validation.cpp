@@ -149,17 +149,24 @@ TEST_F(FwdFixture, L2SectionPairs) {
 }
 
 // The tile order's L2 sections (kernels/fwd/l2_sections.hpp): 8 query heads up to 2048 keys, half
-// of L2 of K and V beyond; always whole KV-head groups.
+// of L2 of K and V beyond; in longest-first order 16 query heads up to 4096 keys, 8 beyond; always
+// whole KV-head groups.
 TEST(L2Sections, ShortKeysTakeEightHeadsLongKeysFillHalfOfL2) {
   using hopattn::kernels::fwd::l2_section_pairs;
   constexpr int64_t kL2 = 50 << 20, kMiB = 1 << 20;
-  EXPECT_EQ(l2_section_pairs(1024, kMiB / 2, 1, kL2), 8);
-  EXPECT_EQ(l2_section_pairs(2048, kMiB, 1, kL2), 8);
-  EXPECT_EQ(l2_section_pairs(2048, kMiB, 3, kL2), 9);    // 3 KV groups of 3 query heads
-  EXPECT_EQ(l2_section_pairs(2048, kMiB, 16, kL2), 16);  // one KV head shared by 16 query heads
-  EXPECT_EQ(l2_section_pairs(4096, 2 * kMiB, 1, kL2), 12);
-  EXPECT_EQ(l2_section_pairs(4096, 2 * kMiB, 4, kL2), 48);
-  EXPECT_EQ(l2_section_pairs(1 << 20, 512 * kMiB, 2, kL2), 2);  // K/V larger than L2: one group
+  EXPECT_EQ(l2_section_pairs(1024, kMiB / 2, 1, kL2, false), 8);
+  EXPECT_EQ(l2_section_pairs(2048, kMiB, 1, kL2, false), 8);
+  EXPECT_EQ(l2_section_pairs(2048, kMiB, 3, kL2, false), 9);    // 3 KV groups of 3 query heads
+  EXPECT_EQ(l2_section_pairs(2048, kMiB, 16, kL2, false), 16);  // one KV head shared by 16 query heads
+  EXPECT_EQ(l2_section_pairs(4096, 2 * kMiB, 1, kL2, false), 12);
+  EXPECT_EQ(l2_section_pairs(4096, 2 * kMiB, 4, kL2, false), 48);
+  EXPECT_EQ(l2_section_pairs(1 << 20, 512 * kMiB, 2, kL2, false), 2);  // K/V larger than L2: one group
+  // Longest-first (causal, window) up to 4096 keys: 16 query heads, whole KV groups.
+  EXPECT_EQ(l2_section_pairs(1024, kMiB / 2, 1, kL2, true), 16);
+  EXPECT_EQ(l2_section_pairs(4096, 2 * kMiB, 1, kL2, true), 16);
+  EXPECT_EQ(l2_section_pairs(4096, 2 * kMiB, 3, kL2, true), 18);  // 6 KV groups of 3
+  EXPECT_EQ(l2_section_pairs(8192, 4 * kMiB, 1, kL2, true), 8);   // beyond 4096 keys: 8 heads
+  EXPECT_EQ(l2_section_pairs(16384, 8 * kMiB, 16, kL2, true), 16);  // at least one whole group
 }
 
 TEST_F(FwdFixture, DtypeMismatch) {
@@ -452,6 +459,15 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
     EXPECT_EQ(e.argument(), "dv") << e.what();
   }
   p.dv = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  p.tuning.l2_section_pairs = -2;
+  try {
+    plan_bwd(p, fake_hopper());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "tuning.l2_section_pairs") << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  p.tuning.l2_section_pairs = 0;
   p.lse = {};
   try {
     plan_bwd(p, fake_hopper());

@@ -90,22 +90,33 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   // Every key block of a KV head reads all of its group's Q and dO and adds into its dq_accum
   // rows. Without a mask all key blocks take equally long: one (KV head, batch) pair per L2
   // section, so the key blocks of a head run side by side, walk the query blocks together and
-  // share each Q/dO load and dq_accum line in L2 (+5..10% at d128 1k-8k against the sections
-  // below, perf-log session 10). With a causal or windowed mask the key blocks differ in length
-  // and the early ones are the longest: sections of many heads start the longest blocks of all of
-  // them first (LPT), sized so that the Q and dO of the KV heads running at one time fit in about
-  // half of L2 (one pair per section measured 3-5% slower there). Deterministic mode keeps those
-  // too: its adds into a query block go in key-block order, and key blocks of one head that run
-  // side by side wait for each other at every step (one-pair sections: 0.18x of the default at
-  // d64 1k, perf-log session 10).
-  if (a.has_window() || a.deterministic) {
+  // share each Q/dO load and dq_accum line in L2 (+5..10% at d128 1k-8k against many-head
+  // sections; 2 or 4 pairs measured the same, perf-log sessions 10 and 11). With a causal or
+  // windowed mask the key blocks differ in length and the early ones are the longest: a section of
+  // several pairs starts the longest blocks of all its heads first (LPT): 16 pairs, 8 for the
+  // 64-key tiles of head dims 192 and 256 beyond 2048 keys, and a problem of at most 4 waves of
+  // tiles is one section (LPT over all of it, so that its last tiles are the shortest). Measured
+  // on an H200 (session 11, sizes alternating in one process) against the earlier rule (as many
+  // pairs as fill half of L2 with Q and dO: 47 at d128 1k, 6 at 8k): +3..6% at d64 and d128
+  // causal 1k-8k, +15% with GQA 4 at d64 4k, +18% with GQA 8 at d128 4k (256 tiles: one
+  // section); at d256 4k-8k 16 pairs lost 5% to 8 and 4. Sizing by what fits in L2 was worse
+  // with GQA (6 pairs: -13% at d64 GQA 4 4k). One pair per section lost 3-5% (session 10).
+  // Deterministic mode keeps the half-of-L2 sections: its adds into a query block go in key-block
+  // order, so key blocks of one head that run side by side wait for each other at every step
+  // (one-pair sections: 0.18x of the default at d64 1k, session 10; 16 pairs: 0.5x causal 1k).
+  if (a.deterministic) {
     const double qdo_bytes_per_kv_head =
         2.0 * std::max(a.seqlen_q, 1) * T::kHeadDim * sizeof(Element) * (a.nheads / a.nheads_k);
     const int64_t fit = std::max<int64_t>(1, int64_t(0.5 * fwd::l2_cache_bytes() / qdo_bytes_per_kv_head));
     p.heads_per_l2_section = int(std::min<int64_t>(pairs, fit));
+  } else if (a.has_window()) {
+    const bool few_waves = num_tiles <= 4 * int64_t(std::max(a.num_sms, 1));
+    const int64_t section = T::kBlockN < 128 && a.seqlen_k > 2048 ? 8 : 16;
+    p.heads_per_l2_section = int(few_waves ? pairs : std::min(pairs, section));
   } else {
     p.heads_per_l2_section = 1;
   }
+  if (a.l2_section_pairs > 0) p.heads_per_l2_section = int(std::min<int64_t>(pairs, a.l2_section_pairs));
   return p;
 }
 

@@ -147,11 +147,12 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   p.num_m_blocks = int(num_m_blocks);
   p.num_tiles = int(num_tiles);
   const int64_t kv_bytes_per_head = 2 * int64_t(std::max(a.seqlen_k, 1)) * T::kHeadDim * int64_t(sizeof(Element));
-  const int64_t section = a.l2_section_pairs > 0
-                              ? a.l2_section_pairs
-                              : l2_section_pairs(a.seqlen_k, kv_bytes_per_head, p.head_group, l2_cache_bytes());
-  p.heads_per_l2_section = int(std::min<int64_t>(pairs, section));
   p.longest_first = a.has_window() && !a.disable_lpt;
+  const int64_t section =
+      a.l2_section_pairs > 0
+          ? a.l2_section_pairs
+          : l2_section_pairs(a.seqlen_k, kv_bytes_per_head, p.head_group, l2_cache_bytes(), p.longest_first);
+  p.heads_per_l2_section = int(std::min<int64_t>(pairs, section));
   return p;
 }
 

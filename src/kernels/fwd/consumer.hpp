@@ -164,6 +164,22 @@ struct Consumer {
     }
   }
 
+  // ptxas schedules wgmma.wait_group as early as its basic block allows: left alone, it puts the
+  // wait for P V of block n+1 above the softmax of block n, so that the softmax no longer runs
+  // under the warpgroup's own P V (SASS, perf-log session 11). It keeps memory operations in
+  // program order around the wait, so a shared store of the row sums, which depend on every exp
+  // of the block, placed before the wait keeps the whole softmax above it. The store never
+  // executes: its predicate is p.opaque_zero (always 0, unknown to the compiler).
+  __device__ __forceinline__ void keep_above_wgmma_wait(const OnlineSoftmax<kRows>& softmax) const {
+    static_assert(kRows == 2);
+    const uint32_t addr = cute::cast_smem_ptr_to_uint(&smem.tiles);
+    asm volatile(
+        "{\n .reg .pred never;\n setp.ne.b32 never, %2, 0;\n @never st.shared.v2.f32 [%3], {%0, %1};\n}\n" ::"f"(
+            softmax.row_sum[0]),
+        "f"(softmax.row_sum[1]), "r"(p.opaque_zero), "r"(addr)
+        : "memory");
+  }
+
   // P (fp32 scores after the softmax) into the A-operand registers of O += P V.
   template <class TS, class TP>
   __device__ __forceinline__ static void convert_p(const TS& tSrS, TP& tOrP) {
@@ -258,6 +274,7 @@ struct Consumer {
         warpgroup_fence_operand(tSrS_next);
         release_k();
         scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
+        if constexpr (T::kSoftmaxUnderOwnPv) keep_above_wgmma_wait(softmax);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         release_v();

@@ -49,6 +49,9 @@ struct FwdKernelParams {
   bool longest_first{};
   int* tile_counter{};  // workspace, zeroed before each launch
   int total_q{}, total_k{};  // rows of the packed q and k: bounds for untrusted device lengths
+  // Always 0, which ptxas cannot know: the predicate of a never-executed store that keeps the
+  // softmax above the wait for P V (Consumer::keep_above_wgmma_wait).
+  int opaque_zero{};
 };
 
 // Where one batch entry's rows live and how long it is (packed row offsets for varlen).

@@ -27,6 +27,12 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;  // keys per K/V block
   static constexpr int kStages = kStages_;  // depth of the K and V shared-memory rings
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
+  // Keep the softmax of block n above the wait for P V of block n+1, so that it runs under the
+  // warpgroup's own P V (consumer.hpp, keep_above_wgmma_wait); left alone, ptxas moves the wait
+  // up. Measured per kernel (perf-log, session 11): +1..1.4% for d128's short-key kernel (staged
+  // epilogue, 512-2k keys, bf16 and fp16), -1.6% for d96's, 3-8% slower for FP8 and d64, neutral
+  // for the other d128 and d256 kernels.
+  static constexpr bool kSoftmaxUnderOwnPv = kStagedEpilogue_ && kHeadDim_ == 128;
 
   // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
   static constexpr int kNumConsumerWgs = kBlockM / 64;

@@ -37,8 +37,8 @@ struct Case {
   float softcap = 0.f;
   bool deterministic = false;        // backward only
   std::string variant = "default";  // a name from fwd_variants()
-  // Forward experiments (FwdTuning): a forced kernel name (empty: the dispatcher's choice) and
-  // the L2 section size of the tile order (0: from the L2 size).
+  // Experiments: a forced forward kernel name (FwdTuning; empty: the dispatcher's choice) and
+  // the L2 section size of the tile order (FwdTuning / BwdTuning; 0: the library's rule).
   std::string kernel;
   int32_t l2_section_pairs = 0;
 };

@@ -159,26 +159,18 @@ std::vector<Case> single_shape_cases(const CliOptions& o) {
 // per L2 section for each backward case, in a row, so that the variants of a shape are timed back
 // to back.
 std::vector<Case> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
-  const std::vector<std::string> kernels = o.kernels.empty() ? std::vector<std::string>{""} : o.kernels;
+  const std::vector<std::string> no_kernel{""};  // the dispatcher's choice
+  const std::vector<std::string>& kernels = o.kernels.empty() ? no_kernel : o.kernels;
   const std::vector<int32_t> sections = o.l2_section_pairs.empty() ? std::vector<int32_t>{0} : o.l2_section_pairs;
   std::vector<Case> out;
-  for (const Case& c : cases) {
-    if (c.direction != Direction::kFwd) {
-      for (int32_t s : sections) {
-        Case v = c;
-        v.l2_section_pairs = s;
-        out.push_back(v);
-      }
-      continue;
-    }
-    for (const std::string& k : kernels)
+  for (const Case& c : cases)
+    for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
       for (int32_t s : sections) {
         Case v = c;
         v.kernel = k;
         v.l2_section_pairs = s;
         out.push_back(v);
       }
-  }
   return out;
 }
 

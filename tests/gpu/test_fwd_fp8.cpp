@@ -278,6 +278,11 @@ std::vector<Fp8Case> coverage() {
   add([](Fp8Case& c) { c.a.window_left = 100; c.a.window_right = 30; c.a.seqlen_q = 500; c.a.seqlen_k = 700; });
   add([](Fp8Case& c) { c.a.softcap = 30.f; c.a.seqlen_q = 300; });
   add([](Fp8Case& c) { c.a.softmax_scale = 0.5f; c.a.seqlen_q = 130; c.out_fp16 = true; });
+  // Row maxima jumping past OnlineSoftmax::kMaxLag over many blocks (probabilities up to 2^8
+  // before the e4m3 conversion), with per-tensor and with block descales (O rescaled by V's
+  // block ratio even where the maxima are kept).
+  add([](Fp8Case& c) { c.a.softmax_scale = 1.f; c.a.seqlen_q = 200; c.a.seqlen_k = 1500; });
+  add([](Fp8Case& c) { c.a.softmax_scale = 0.3f; c.a.seqlen_q = 300; c.a.seqlen_k = 1100; c.kv_block_rows = 256; });
   add([](Fp8Case& c) { c.a.row_pad = 16; c.a.seqlen_q = 190; c.a.seqlen_k = 257; });
   add([](Fp8Case& c) { c.a.varlen_q = {100, 0, 257, 1}; c.a.varlen_k = {64, 5, 300, 0}; });
   add([](Fp8Case& c) { c.a.varlen_q = {129, 300, 17}; c.a.varlen_k = {200, 300, 1}; c.a.causal = true; });

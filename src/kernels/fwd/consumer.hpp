@@ -77,8 +77,9 @@ struct Consumer {
   PipeState<T::kQStages> q_pipe;
   Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
 
+  // Returns whether the warp's output rows need o_scale (OnlineSoftmax::step).
   template <class TensorS, class TensorC>
-  __device__ __forceinline__ void scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
+  __device__ __forceinline__ bool scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
                                                   const WindowMask<T::kBlockM, T::kBlockN>& mask,
                                                   int m_block, int n, const RowScales<kRows>& rs,
                                                   OnlineSoftmax<kRows>& softmax, float (&o_scale)[kRows]) {
@@ -95,8 +96,8 @@ struct Consumer {
       Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
       mask.apply(s_rc, c_rc, m_block, n);
     }
-    if (first) softmax.template step<true>(s_rc, rs.log2_mult, o_scale);
-    else softmax.template step<false>(s_rc, rs.log2_mult, o_scale);
+    if (first) return softmax.template step<true>(s_rc, rs.log2_mult, o_scale);
+    return softmax.template step<false>(s_rc, rs.log2_mult, o_scale);
   }
 
   // The score multipliers of a key block whose K descale is k_scale (read_key_descales; 1 for 16-bit
@@ -152,9 +153,13 @@ struct Consumer {
 
   // O *= o_scale (online softmax) * v_ratio (FP8 V block descales: O is kept in units of the
   // descale of the last V block added, so moving to the next block multiplies by old / new).
+  // Skipped, by a warp-uniform branch, when both factors are 1 for the whole warp (most blocks
+  // once the row maxima settle: OnlineSoftmax::kMaxLag).
   template <class TensorO>
-  __device__ __forceinline__ void rescale_output(TensorO& tOrO, const float (&o_scale)[kRows], float v_ratio) {
+  __device__ __forceinline__ void rescale_output(TensorO& tOrO, const float (&o_scale)[kRows], float v_ratio,
+                                                 bool softmax_moved) {
     using namespace cute;
+    if (!softmax_moved && (!T::kFp8 || v_ratio == 1.f)) return;
     Tensor o_rc = make_tensor(tOrO.data(), acc_as_rowcol(tOrO.layout()));
     CUTE_UNROLL
     for (int i = 0; i < size<0>(o_rc); ++i) {
@@ -257,6 +262,7 @@ struct Consumer {
       warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
       release_k();
       scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, row_scales(k_scale), softmax, o_scale);
+      bool softmax_moved = false;  // the first block's P V adds to a zero O
       convert_p(tSrS, tOrP);
       // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
       // Q K^T of block n runs: the multiply leaves the softmax window between the GEMMs.
@@ -265,7 +271,7 @@ struct Consumer {
         Tensor tSrS_next = scores();
         pingpong.acquire();
         issue_scores(mma_qk, tSrQ, tSrK, tSrS_next);
-        rescale_output(tOrO, o_scale, v_ratio);
+        rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
         issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
         read_key_descales(k_scale, v_block);
@@ -273,7 +279,8 @@ struct Consumer {
         warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
         warpgroup_fence_operand(tSrS_next);
         release_k();
-        scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
+        softmax_moved =
+            scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
         if constexpr (T::kSoftmaxUnderOwnPv) keep_above_wgmma_wait(softmax);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
@@ -284,7 +291,7 @@ struct Consumer {
       }
       release_q();  // every Q K^T of this tile has completed
       pingpong.acquire();
-      rescale_output(tOrO, o_scale, v_ratio);
+      rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
       issue_pv(mma_pv, tOrP, tOrVt, tOrO);
       pingpong.hand_over();
       warpgroup_wait<0>();
@@ -302,9 +309,10 @@ struct Consumer {
         warpgroup_fence_operand(tSrS);
         release_k();
         if (n == n_begin) release_q();
-        scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
+        const bool moved =
+            scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
         const float v_next = Scales::v_units(v_block, n == n_end - 1 ? 1.f : v_units);
-        if (n != n_end - 1) rescale_output(tOrO, o_scale, v_units / v_next);
+        if (n != n_end - 1) rescale_output(tOrO, o_scale, v_units / v_next, moved);
         v_units = v_next;
         convert_p(tSrS, tOrP);
         pingpong.acquire();

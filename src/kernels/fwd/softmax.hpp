@@ -55,23 +55,34 @@ struct OnlineSoftmax {
     }
   }
 
-  // Scores -> unnormalised probabilities in place. Returns through o_scale the factor by which
-  // the running output rows must be multiplied (exp2 of the max decrease; 0 where no key was
-  // seen yet, which also turns any garbage into 0). mult > 0, so max(s) * mult = max(s * mult).
+  // Scores -> unnormalised probabilities in place. Returns whether this warp's output rows
+  // must be multiplied by o_scale (warp-uniform). A row's running max moves only when the
+  // block's max exceeds it by more than kMaxLag (exp2 domain); otherwise the stale max stays the
+  // offset and probabilities reach at most 2^kMaxLag (fits bf16, fp16 and e4m3). When no row of
+  // the warp moved, the output rescale (one FMUL per output element and block) is skipped. The
+  // result is exact: O and the row sums share the offset, and the LSE uses the max kept.
+  // o_scale: exp2 of the max decrease (0 where no key was seen yet, which also turns garbage
+  // into 0), 1 where the max was kept. mult > 0, so max(s) * mult = max(s * mult).
+  static constexpr float kMaxLag = 8.f;
   template <bool kFirst, class TensorS>
-  __device__ __forceinline__ void step(TensorS& s_rc, const float (&mult)[kRows], float (&o_scale)[kRows]) {
+  __device__ __forceinline__ bool step(TensorS& s_rc, const float (&mult)[kRows], float (&o_scale)[kRows]) {
     using namespace cute;
     static_assert(decltype(size<0>(s_rc))::value == kRows);
+    bool any_moved = false;
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       float m_raw = -INFINITY;
       CUTE_UNROLL
       for (int j = 0; j < size<1>(s_rc); ++j) m_raw = fmaxf(m_raw, s_rc(i, j));
-      const float m = fmaxf(row_max[i], quad_max(m_raw) * mult[i]);
+      const float m_block = quad_max(m_raw) * mult[i];
+      // -inf + lag = -inf: the first visible key of a row always moves its max.
+      const bool moves = m_block > row_max[i] + kMaxLag;
+      const float m = moves ? m_block : row_max[i];
       // A row with no visible key so far keeps max -inf; use 0 as its offset so exp2 gives 0
       // instead of NaN.
       const float offset = m == -INFINITY ? 0.f : m;
-      o_scale[i] = kFirst ? 1.f : fast_exp2(row_max[i] - offset);
+      o_scale[i] = kFirst || !moves ? 1.f : fast_exp2(row_max[i] - offset);
+      any_moved |= moves;
       row_max[i] = m;
       float sum = 0.f;
       CUTE_UNROLL
@@ -82,6 +93,7 @@ struct OnlineSoftmax {
       }
       row_sum[i] = kFirst ? sum : row_sum[i] * o_scale[i] + sum;
     }
+    return !kFirst && __any_sync(0xffffffff, any_moved);
   }
 
   // Final normalisation: out_scale = 1 / rowsum (0 for rows that saw no key) and the

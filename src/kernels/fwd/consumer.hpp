@@ -216,6 +216,13 @@ struct Consumer {
       const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
       int n_begin, n_end;
       mask.block_range(c.m_block, n_begin, n_end);
+      if (T::kSkipIdleWarpgroups && c.m_block * T::kBlockM + pingpong.wg * 64 >= si.seqlen_q) {
+        if (n_end > n_begin) {
+          wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
+          idle_mainloop(n_begin, n_end);
+        }
+        continue;
+      }
 
       Tensor tOrO = partition_fragment_C(mma_pv, Shape<Int<T::kBlockM>, Int<T::kHeadDim>>{});
       clear(tOrO);
@@ -231,6 +238,46 @@ struct Consumer {
       Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid);
     }
     Epilogue<T>::drain(tid);
+  }
+
+  // A warpgroup whose 64 rows all lie past seqlen_q (the last m-block of a sequence whose length
+  // is not a multiple of kBlockM: 1024 = 5 x 192 + 64 at d64) computes nothing. It keeps the
+  // protocol of mainloop() below, in the same order: it takes and passes the pingpong token as
+  // often, and waits for and releases every Q, K and V stage (waiting keeps its arrivals in the
+  // barriers' current phase). It has no epilogue either.
+  __device__ __forceinline__ void idle_mainloop(int n_begin, int n_end) {
+    auto turn = [&] {
+      pingpong.acquire();
+      pingpong.hand_over();
+    };
+    auto skip_k = [&] {
+      wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
+      release_k();
+    };
+    auto skip_v = [&] {
+      wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
+      release_v();
+    };
+    if constexpr (T::kIntraWgOverlap) {
+      turn();
+      skip_k();
+      for (int n = n_end - 2; n >= n_begin; --n) {
+        turn();
+        skip_k();
+        skip_v();
+      }
+      release_q();
+      turn();
+      skip_v();
+    } else {
+      for (int n = n_end - 1; n >= n_begin; --n) {
+        turn();
+        skip_k();
+        if (n == n_begin) release_q();
+        turn();
+        skip_v();
+      }
+    }
   }
 
   // Returns the V descale the output accumulator is expressed in (1 for 16-bit inputs).

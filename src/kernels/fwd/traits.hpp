@@ -33,6 +33,10 @@ struct FwdTraits {
   // epilogue, 512-2k keys, bf16 and fp16), -1.6% for d96's, 3-8% slower for FP8 and d64, neutral
   // for the other d128 and d256 kernels.
   static constexpr bool kSoftmaxUnderOwnPv = kStagedEpilogue_ && kHeadDim_ == 128;
+  // A consumer warpgroup whose 64 rows all lie past seqlen_q skips its GEMMs and softmax
+  // (Consumer::idle_mainloop): +6% at d64 1k (1024 = 5 x 192 + 64), +2..3% at 2k-4k (perf-log,
+  // session 12).
+  static constexpr bool kSkipIdleWarpgroups = true;
 
   // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
   static constexpr int kNumConsumerWgs = kBlockM / 64;

@@ -34,7 +34,7 @@ struct FwdTraits {
   // for the other d128 and d256 kernels.
   static constexpr bool kSoftmaxUnderOwnPv = kStagedEpilogue_ && kHeadDim_ == 128;
   // A consumer warpgroup whose 64 rows all lie past seqlen_q skips its GEMMs and softmax
-  // (Consumer::idle_mainloop): +6% at d64 1k (1024 = 5 x 192 + 64), +2..3% at 2k-4k (perf-log,
+  // (Consumer::idle_mainloop): +6% at d64 1k (1024 = 5 x 192 + 64), +1..3% at 2k-4k (perf-log,
   // session 12).
   static constexpr bool kSkipIdleWarpgroups = true;
 

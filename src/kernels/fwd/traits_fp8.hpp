@@ -36,7 +36,9 @@ struct FwdFp8Traits {
   static constexpr int kStages = kStages_;  // depth of the K, V-staging and V^T rings
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
   static constexpr bool kSoftmaxUnderOwnPv = false;  // measured 5-8% slower (traits.hpp)
-  static constexpr bool kSkipIdleWarpgroups = false;  // measured 3% slower at d128 8k (traits.hpp)
+  // No idle-warpgroup path (traits.hpp): the warp-uniform warpgroup index it needs (kernel.hpp)
+  // measured 2-4% slower for FP8 at 8k, where no warpgroup idles anyway.
+  static constexpr bool kSkipIdleWarpgroups = false;
   static_assert(kBlockN % 32 == 0, "FP8 P V consumes keys in k32 slices");
   static_assert(kBlockN == 128, "the V^T rows are one 128-byte swizzle row (v_transpose.hpp)");
   static_assert(kHeadDim % 16 == 0, "the transpose works on 16-column ranges of d");

@@ -29,10 +29,11 @@ struct FwdTraits {
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
   // Keep the softmax of block n above the wait for P V of block n+1, so that it runs under the
   // warpgroup's own P V (consumer.hpp, keep_above_wgmma_wait); left alone, ptxas moves the wait
-  // up. Measured per kernel (perf-log, session 11): +1..1.4% for d128's short-key kernel (staged
-  // epilogue, 512-2k keys, bf16 and fp16), -1.6% for d96's, 3-8% slower for FP8 and d64, neutral
-  // for the other d128 and d256 kernels.
-  static constexpr bool kSoftmaxUnderOwnPv = kStagedEpilogue_ && kHeadDim_ == 128;
+  // up. Measured per kernel (perf-log, sessions 11 and 12): +1..1.4% for d128's short-key kernel
+  // (staged epilogue, 512-2k keys, bf16 and fp16) and +2.2% for its masked 128-key kernel (causal
+  // 8k); -1.6% for d96's, 3-9% slower for FP8 and d64, and at d256 -3% (1k) with a 4 B spill;
+  // neutral for the 176-key d128 kernel. So: the d128 kernels with 128-key tiles.
+  static constexpr bool kSoftmaxUnderOwnPv = kHeadDim_ == 128 && kBlockN_ == 128 && kIntraWgOverlap_;
   // A consumer warpgroup whose 64 rows all lie past seqlen_q skips its GEMMs and softmax
   // (Consumer::idle_mainloop): +6% at d64 1k (1024 = 5 x 192 + 64), +1..3% at 2k-4k (perf-log,
   // session 12).

@@ -3,9 +3,9 @@
 //
 // Schedule (kIntraWgOverlap, Algorithm 2 of the paper), key blocks n_end-1 down to n_begin:
 //   first block:   S = Q K_n ; wait ; softmax -> P
-//   each next n:   issue S = Q K_n ; rescale O ; issue O += P V_{n+1} ; wait S ;
-//                  softmax(S) ; wait PV ; P = S
-//   last:          rescale O ; O += P V_{n_begin} ; wait
+//   each next n:   issue S = Q K_n ; rescale O if a row max moved ; issue O += P V_{n+1} ;
+//                  wait S ; softmax(S) ; wait PV ; P = S
+//   last:          rescale O (same rule) ; O += P V_{n_begin} ; wait   (idle warpgroups: idle_mainloop)
 // so the softmax of block n runs while the tensor cores do P V of block n+1.
 // Pingpong: with two or more consumer warpgroups, each warpgroup issues its GEMMs only when it
 // holds the token (named barrier), and hands it on right after issuing, so one warpgroup's

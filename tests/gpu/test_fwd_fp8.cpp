@@ -2,7 +2,7 @@
 //
 // Inputs are N(0,1) values quantized on the host (per (batch, kv head) descales, optionally with
 // block descales on top); the reference sees exactly code * descale. The kernel's own error comes
-// from rounding P (in [0, 1]) to e4m3 before P V; everything else is fp32 (S from exact e4m3
+// from rounding P (in [0, 2^8]: kMaxLag) to e4m3 before P V; everything else is fp32 (S from exact e4m3
 // products, the softmax, the row sums of the unrounded P) plus the bf16/fp16 output rounding.
 // Rounding x to e4m3 (3 mantissa bits, subnormal spacing 2^-9) errs by at most
 // max(2^-4 |x|, 2^-10). A P entry of the online softmax is p * e^(m_final - m_running) >= p, and

@@ -35,7 +35,7 @@ struct FwdFp8Traits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;  // depth of the K, V-staging and V^T rings
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
-  static constexpr bool kSoftmaxUnderOwnPv = false;  // measured 5-8% slower (traits.hpp)
+  static constexpr bool kSoftmaxUnderOwnPv = false;  // measured 3-9% slower (traits.hpp)
   // No idle-warpgroup path (traits.hpp): the warp-uniform warpgroup index it needs (kernel.hpp)
   // measured 2-4% slower for FP8 at 8k, where no warpgroup idles anyway.
   static constexpr bool kSkipIdleWarpgroups = false;

@@ -77,6 +77,17 @@ CUTE_HOST_DEVICE auto p_operand_layout(Layout acc) {
   else return acc_as_a_operand_16bit(acc);
 }
 
+// Two e4m3 codes (x in the low byte) -> two floats, exactly.
+CUTLASS_DEVICE float2 e4m3x2_to_float2(uint16_t codes) {
+  uint32_t h2;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(codes));
+  float2 f;
+  asm("{\n .reg .f16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.f32.f16 %0, lo;\n cvt.f32.f16 %1, hi;\n}"
+      : "=f"(f.x), "=f"(f.y)
+      : "r"(h2));
+  return f;
+}
+
 // Four floats -> four e4m3 bytes in one register (x0 in the low byte), round to nearest, saturate.
 CUTLASS_DEVICE uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
   uint32_t r;

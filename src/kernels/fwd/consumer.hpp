@@ -77,14 +77,12 @@ struct Consumer {
   PipeState<T::kQStages> q_pipe;
   Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
 
-  // Returns whether the warp's output rows need o_scale (OnlineSoftmax::step).
+  // Softcap and mask, in place: the scores as the softmax sees them.
   template <class TensorS, class TensorC>
-  __device__ __forceinline__ bool scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
-                                                  const WindowMask<T::kBlockM, T::kBlockN>& mask,
-                                                  int m_block, int n, const RowScales<kRows>& rs,
-                                                  OnlineSoftmax<kRows>& softmax, float (&o_scale)[kRows]) {
+  __device__ __forceinline__ void prepare_scores(TensorS& s_rc, const TensorC& tScS,
+                                                 const WindowMask<T::kBlockM, T::kBlockN>& mask, int m_block, int n,
+                                                 const RowScales<kRows>& rs) const {
     using namespace cute;
-    Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));
     if (p.use_softcap) {
       CUTE_UNROLL
       for (int i = 0; i < size<0>(s_rc); ++i) {
@@ -96,8 +94,84 @@ struct Consumer {
       Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
       mask.apply(s_rc, c_rc, m_block, n);
     }
-    if (first) return softmax.template step<true>(s_rc, rs.log2_mult, o_scale);
-    return softmax.template step<false>(s_rc, rs.log2_mult, o_scale);
+  }
+
+  // Scores -> probabilities in place. Returns whether the warp's output rows need o_scale
+  // (OnlineSoftmax::step). Max-free blocks (FP8, OnlineSoftmax) run their exps against the kept
+  // offsets and fall back to lifting the offsets, or, where an exp overflowed, to recomputing
+  // the scores and taking the block's maxima. (Settling the block only after P is converted, so
+  // that the vote waits under the conversion, measured 2-6% slower: perf-log, session 14.)
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ bool scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
+                                                  const WindowMask<T::kBlockM, T::kBlockN>& mask,
+                                                  const TileCoord& c, const SeqInfo& si, int n,
+                                                  const RowScales<kRows>& rs, OnlineSoftmax<kRows>& softmax,
+                                                  float (&o_scale)[kRows]) {
+    using namespace cute;
+    Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));
+    prepare_scores(s_rc, tScS, mask, c.m_block, n, rs);
+    if constexpr (T::kMaxFreeBlocks) {
+      if (!first && softmax.rows_seen) {
+        float block_sum[kRows];
+        softmax.exps_against_offsets(s_rc, rs.log2_mult, block_sum);
+        if (OnlineSoftmax<kRows>::block_within_lag(block_sum)) {
+          softmax.add_block_sums(block_sum, o_scale);
+          return false;
+        }
+        bool moved;
+        if (softmax.lift_offsets(s_rc, block_sum, o_scale, moved)) return moved;
+        // An exp overflowed: the scores are gone from the accumulator. Rebuild them and take
+        // the block's maxima (step<false> below). (Sharing the softcap and mask code with the
+        // first pass through a loop measured 7-35% slower: perf-log, session 14.)
+        recompute_scores(s_rc, tScS, c, si, n);
+        prepare_scores(s_rc, tScS, mask, c.m_block, n, rs);
+      }
+    }
+    const bool moved = first ? softmax.template step<true>(s_rc, rs.log2_mult, o_scale)
+                             : softmax.template step<false>(s_rc, rs.log2_mult, o_scale);
+    if constexpr (T::kMaxFreeBlocks) softmax.note_rows_seen();
+    return moved;
+  }
+
+  // This thread's raw scores of key block n (sum over d of the Q and K codes), recomputed from
+  // global memory: the rare path of the max-free blocks where an exp overflowed and the
+  // accumulator no longer holds them. Rows past seqlen_q get 0 (never stored); keys past
+  // seqlen_k get 0 (masked afterwards). Written as rolled loops, each score placed into its
+  // register by an unrolled compare-and-select, so that the path costs little code inside the
+  // mainloop (fully unrolled: about as fast at d64 and d128, 172 bytes of spill at d256; perf-log,
+  // session 14).
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ void recompute_scores(TensorS& s_rc, const TensorC& tScS, const TileCoord& c,
+                                                   const SeqInfo& si, int n) const {
+    using namespace cute;
+    if constexpr (T::kFp8) {
+      Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
+      const bool varlen = p.cu_seqlens_q != nullptr;
+      const uint8_t* q_head = p.q_codes + c.head * p.q_head_stride + (varlen ? 0 : c.batch * p.q_batch_stride) +
+                              int64_t(si.q_offset) * p.q_row_stride;
+      const uint8_t* k_head = p.k_codes + (c.head / p.head_group) * p.k_head_stride +
+                              (varlen ? 0 : c.batch * p.k_batch_stride) + int64_t(si.k_offset) * p.k_row_stride;
+      constexpr int kCount = decltype(size(s_rc))::value;
+#pragma unroll 1
+      for (int e = 0; e < kCount; ++e) {
+        const int row = c.m_block * T::kBlockM + get<0>(c_rc(e));
+        const int col = n * T::kBlockN + get<1>(c_rc(e));
+        float acc = 0.f;
+        if (row < si.seqlen_q && col < si.seqlen_k) {
+          const uint8_t* q = q_head + row * p.q_row_stride;
+          const uint8_t* k = k_head + col * p.k_row_stride;
+#pragma unroll 1
+          for (int d = 0; d < T::kHeadDim; d += 2) {
+            const float2 qf = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(q + d));
+            const float2 kf = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(k + d));
+            acc = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, acc));
+          }
+        }
+        CUTE_UNROLL
+        for (int slot = 0; slot < kCount; ++slot)
+          if (slot == e) s_rc(slot) = acc;
+      }
+    }
   }
 
   // The score multipliers of a key block whose K descale is k_scale (read_key_descales; 1 for 16-bit
@@ -232,8 +306,8 @@ struct Consumer {
       if (n_end > n_begin) {
         wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
         auto tSrQ_tile = tSrQ(_, _, _, q_pipe.stage);
-        o_units = mainloop(mma_qk, mma_pv, tSrQ_tile, tSrK, tOrVt, tScS, tOrO, softmax, mask, c.m_block,
-                           n_begin, n_end);
+        o_units = mainloop(mma_qk, mma_pv, tSrQ_tile, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin,
+                           n_end);
       }
       Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid);
     }
@@ -284,8 +358,8 @@ struct Consumer {
   template <class MmaQK, class MmaPV, class TQ, class TK, class TV, class TC, class TO>
   __device__ __forceinline__ float mainloop(MmaQK& mma_qk, MmaPV& mma_pv, TQ& tSrQ, TK& tSrK, TV& tOrVt,
                                            const TC& tScS, TO& tOrO, OnlineSoftmax<kRows>& softmax,
-                                           const WindowMask<T::kBlockM, T::kBlockN>& mask, int m_block,
-                                           int n_begin, int n_end) {
+                                           const WindowMask<T::kBlockM, T::kBlockN>& mask, const TileCoord& c,
+                                           const SeqInfo& si, int n_begin, int n_end) {
     using namespace cute;
     float o_scale[kRows];
     auto scores = [&] { return partition_fragment_C(mma_qk, Shape<Int<T::kBlockM>, Int<T::kBlockN>>{}); };
@@ -308,7 +382,7 @@ struct Consumer {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
       release_k();
-      scores_to_probs(tSrS, tScS, true, mask, m_block, n_end - 1, row_scales(k_scale), softmax, o_scale);
+      scores_to_probs(tSrS, tScS, true, mask, c, si, n_end - 1, row_scales(k_scale), softmax, o_scale);
       bool softmax_moved = false;  // the first block's P V adds to a zero O
       convert_p(tSrS, tOrP);
       // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
@@ -327,7 +401,7 @@ struct Consumer {
         warpgroup_fence_operand(tSrS_next);
         release_k();
         softmax_moved =
-            scores_to_probs(tSrS_next, tScS, false, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
+            scores_to_probs(tSrS_next, tScS, false, mask, c, si, n, row_scales(k_scale), softmax, o_scale);
         if constexpr (T::kSoftmaxUnderOwnPv) keep_above_wgmma_wait(softmax);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
@@ -357,7 +431,7 @@ struct Consumer {
         release_k();
         if (n == n_begin) release_q();
         const bool moved =
-            scores_to_probs(tSrS, tScS, n == n_end - 1, mask, m_block, n, row_scales(k_scale), softmax, o_scale);
+            scores_to_probs(tSrS, tScS, n == n_end - 1, mask, c, si, n, row_scales(k_scale), softmax, o_scale);
         const float v_next = Scales::v_units(v_block, n == n_end - 1 ? 1.f : v_units);
         if (n != n_end - 1) rescale_output(tOrO, o_scale, v_units / v_next, moved);
         v_units = v_next;

@@ -86,6 +86,14 @@ void set_fp8_fields(FwdKernelParams<T>& p, const FwdArgs& a) {
   // The API checked that a K/V scale block is a whole number of key tiles (FwdKernel::block_n).
   p.kv_key_tiles_per_block = std::max(a.kv_block_rows / T::kBlockN, 1);
   p.out_fp16 = a.out_fp16;
+  p.q_codes = static_cast<const uint8_t*>(a.q);
+  p.k_codes = static_cast<const uint8_t*>(a.k);
+  p.q_row_stride = a.q_stride.row;
+  p.q_head_stride = a.q_stride.head;
+  p.q_batch_stride = a.q_stride.batch;
+  p.k_row_stride = a.k_stride.row;
+  p.k_head_stride = a.k_stride.head;
+  p.k_batch_stride = a.k_stride.batch;
 }
 
 // The TMA store of O (Output::kStaged). TMA clips rows at the tensor's end (dense); varlen

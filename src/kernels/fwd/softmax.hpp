@@ -4,6 +4,8 @@
 // (addition commutes, so only the end needs the quad reduction).
 #pragma once
 
+#include <cfloat>
+
 #include <cute/tensor.hpp>
 
 namespace hopattn::kernels::fwd {
@@ -40,7 +42,8 @@ struct RowScales {
 };
 
 // Row maxima are kept in the exp2 domain (score * log2_mult), so that blocks with different
-// multipliers compare correctly.
+// multipliers compare correctly. row_max is the exp offset of the row: its running maximum, up to
+// kMaxLag stale (step), or a little below it after max-free blocks (lift_offsets).
 template <int kRows>
 struct OnlineSoftmax {
   static constexpr int kRowsPerThread = kRows;
@@ -94,6 +97,104 @@ struct OnlineSoftmax {
       row_sum[i] = kFirst ? sum : row_sum[i] * o_scale[i] + sum;
     }
     return !kFirst && __any_sync(0xffffffff, any_moved);
+  }
+
+  // --- Max-free blocks (FP8, Consumer::scores_to_probs) -------------------------------------
+  // Once every row of a warp has seen a key, a block's exps can run against the kept offsets
+  // (row_max) without first taking the block's row maxima: p = exp2(s * mult - row_max). The
+  // offset stays valid as long as no p exceeds 2^kMaxLag, and a thread's partial row sum bounds
+  // each of its p (all >= 0), so the check is one compare per row on sums the softmax forms
+  // anyway. When a row fails, lift_offsets() raises its offset by a power of two, which rescales
+  // the p already computed exactly; only p = inf (a score above its offset by 128 or more in the
+  // exp2 domain) loses information, and the caller then recomputes the scores.
+  bool rows_seen = false;  // warp-uniform: every row of the warp has a finite row_max
+
+  __device__ __forceinline__ void note_rows_seen() {
+    bool seen = true;
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) seen &= row_max[i] != -INFINITY;
+    rows_seen = __all_sync(0xffffffff, seen);
+  }
+
+  // p = exp2(s * mult - row_max) in place; block_sum = this thread's partial row sums, formed as
+  // four chains so that the check waits for three adds after the last exp, not thirty-two.
+  template <class TensorS>
+  __device__ __forceinline__ void exps_against_offsets(TensorS& s_rc, const float (&mult)[kRows],
+                                                       float (&block_sum)[kRows]) const {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      constexpr int kChains = 4;  // 2 and 8 measured 1-2% and 3-4% slower (perf-log, session 14)
+      float part[kChains];
+      CUTE_UNROLL
+      for (int c = 0; c < kChains; ++c) part[c] = 0.f;
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(s_rc); ++j) {
+        const float p = fast_exp2(__fmaf_rn(s_rc(i, j), mult[i], -row_max[i]));
+        s_rc(i, j) = p;
+        part[j % kChains] += p;
+      }
+      CUTE_UNROLL
+      for (int w = kChains / 2; w > 0; w /= 2) {
+        CUTE_UNROLL
+        for (int c = 0; c < w; ++c) part[c] += part[c + w];
+      }
+      block_sum[i] = part[0];
+    }
+  }
+
+  // Whether every p of the warp's block is at most 2^kMaxLag (false for inf and NaN sums).
+  __device__ __forceinline__ static bool block_within_lag(const float (&block_sum)[kRows]) {
+    bool ok = true;
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) ok &= block_sum[i] <= kMaxProb;
+    return __all_sync(0xffffffff, ok);
+  }
+  static constexpr float kMaxProb = 256.f;  // 2^kMaxLag
+
+  __device__ __forceinline__ void add_block_sums(const float (&block_sum)[kRows], float (&o_scale)[kRows]) {
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      row_sum[i] += block_sum[i];
+      o_scale[i] = 1.f;
+    }
+  }
+
+  // The rare path after exps_against_offsets: per row, the quad's largest partial sum bounds
+  // every p of the row; where it exceeds 2^kMaxLag the offset rises by k = floor(log2(bound)) - 7
+  // (then every p <= 2^8 again), and the p, the row sum and O (o_scale) are multiplied by 2^-k,
+  // which is exact. Returns false when some row's bound is inf or NaN: its scores are lost and
+  // the caller recomputes them (nothing has been changed then). Otherwise returns true and sets
+  // moved (warp-uniform: O needs o_scale).
+  template <class TensorS>
+  __device__ __forceinline__ bool lift_offsets(TensorS& s_rc, float (&block_sum)[kRows], float (&o_scale)[kRows],
+                                               bool& moved) {
+    using namespace cute;
+    float bound[kRows];
+    bool finite = true;
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      bound[i] = quad_max(block_sum[i]);
+      finite &= bound[i] <= FLT_MAX;
+    }
+    if (!__all_sync(0xffffffff, finite)) return false;
+    bool any = false;
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) {
+      float f = 1.f;
+      if (bound[i] > kMaxProb) {
+        const int k = ((__float_as_int(bound[i]) >> 23) - 127) - 7;  // >= 1
+        f = __int_as_float((127 - k) << 23);
+        row_max[i] += float(k);
+        any = true;
+        CUTE_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j) s_rc(i, j) *= f;
+      }
+      o_scale[i] = f;
+      row_sum[i] = row_sum[i] * f + block_sum[i] * f;
+    }
+    moved = __any_sync(0xffffffff, any);
+    return true;
   }
 
   // Final normalisation: out_scale = 1 / rowsum (0 for rows that saw no key) and the

@@ -38,6 +38,7 @@ struct FwdTraits {
   // (Consumer::idle_mainloop): +6% at d64 1k (1024 = 5 x 192 + 64), +1..3% at 2k-4k (perf-log,
   // session 12).
   static constexpr bool kSkipIdleWarpgroups = true;
+  static constexpr bool kMaxFreeBlocks = false;  // FP8 only (traits_fp8.hpp)
 
   // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
   static constexpr int kNumConsumerWgs = kBlockM / 64;

@@ -39,6 +39,10 @@ struct FwdFp8Traits {
   // No idle-warpgroup path (traits.hpp): the warp-uniform warpgroup index it needs (kernel.hpp)
   // measured 2-4% slower for FP8 at 8k, where no warpgroup idles anyway.
   static constexpr bool kSkipIdleWarpgroups = false;
+  // Blocks after a tile's first run their exps against the kept row offsets without taking the
+  // block's row maxima (OnlineSoftmax, "max-free blocks"): +2..18% at d64, +0..4% at d128,
+  // -6..+7% at d256 against taking them (perf-log, session 14).
+  static constexpr bool kMaxFreeBlocks = true;
   static_assert(kBlockN % 32 == 0, "FP8 P V consumes keys in k32 slices");
   static_assert(kBlockN == 128, "the V^T rows are one 128-byte swizzle row (v_transpose.hpp)");
   static_assert(kHeadDim % 16 == 0, "the transpose works on 16-column ranges of d");

@@ -144,33 +144,32 @@ struct Consumer {
   __device__ __forceinline__ void recompute_scores(TensorS& s_rc, const TensorC& tScS, const TileCoord& c,
                                                    const SeqInfo& si, int n) const {
     using namespace cute;
-    if constexpr (T::kFp8) {
-      Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
-      const bool varlen = p.cu_seqlens_q != nullptr;
-      const uint8_t* q_head = p.q_codes + c.head * p.q_head_stride + (varlen ? 0 : c.batch * p.q_batch_stride) +
-                              int64_t(si.q_offset) * p.q_row_stride;
-      const uint8_t* k_head = p.k_codes + (c.head / p.head_group) * p.k_head_stride +
-                              (varlen ? 0 : c.batch * p.k_batch_stride) + int64_t(si.k_offset) * p.k_row_stride;
-      constexpr int kCount = decltype(size(s_rc))::value;
+    static_assert(T::kFp8, "only the FP8 kernel has max-free blocks");
+    Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
+    const bool varlen = p.cu_seqlens_q != nullptr;
+    const uint8_t* q_head = p.q_codes + c.head * p.q_head_stride + (varlen ? 0 : c.batch * p.q_batch_stride) +
+                            int64_t(si.q_offset) * p.q_row_stride;
+    const uint8_t* k_head = p.k_codes + (c.head / p.head_group) * p.k_head_stride +
+                            (varlen ? 0 : c.batch * p.k_batch_stride) + int64_t(si.k_offset) * p.k_row_stride;
+    constexpr int kCount = decltype(size(s_rc))::value;
 #pragma unroll 1
-      for (int e = 0; e < kCount; ++e) {
-        const int row = c.m_block * T::kBlockM + get<0>(c_rc(e));
-        const int col = n * T::kBlockN + get<1>(c_rc(e));
-        float acc = 0.f;
-        if (row < si.seqlen_q && col < si.seqlen_k) {
-          const uint8_t* q = q_head + row * p.q_row_stride;
-          const uint8_t* k = k_head + col * p.k_row_stride;
+    for (int e = 0; e < kCount; ++e) {
+      const int row = c.m_block * T::kBlockM + get<0>(c_rc(e));
+      const int col = n * T::kBlockN + get<1>(c_rc(e));
+      float acc = 0.f;
+      if (row < si.seqlen_q && col < si.seqlen_k) {
+        const uint8_t* q = q_head + row * p.q_row_stride;
+        const uint8_t* k = k_head + col * p.k_row_stride;
 #pragma unroll 1
-          for (int d = 0; d < T::kHeadDim; d += 2) {
-            const float2 qf = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(q + d));
-            const float2 kf = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(k + d));
-            acc = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, acc));
-          }
+        for (int d = 0; d < T::kHeadDim; d += 2) {
+          const float2 qf = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(q + d));
+          const float2 kf = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(k + d));
+          acc = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, acc));
         }
-        CUTE_UNROLL
-        for (int slot = 0; slot < kCount; ++slot)
-          if (slot == e) s_rc(slot) = acc;
       }
+      CUTE_UNROLL
+      for (int slot = 0; slot < kCount; ++slot)
+        if (slot == e) s_rc(slot) = acc;
     }
   }
 

@@ -150,7 +150,7 @@ struct OnlineSoftmax {
     for (int i = 0; i < kRows; ++i) ok &= block_sum[i] <= kMaxProb;
     return __all_sync(0xffffffff, ok);
   }
-  static constexpr float kMaxProb = 256.f;  // 2^kMaxLag
+  static constexpr float kMaxProb = float(1 << int(kMaxLag));  // 2^kMaxLag
 
   __device__ __forceinline__ void add_block_sums(const float (&block_sum)[kRows], float (&o_scale)[kRows]) {
     CUTE_UNROLL

@@ -28,6 +28,11 @@ struct AttnCase {
   bool no_overlap = false;              // forward only: the Table 2 ablation kernel (bf16 d128)
   std::string force_kernel;             // forward only: FwdTuning::kernel (empty: the dispatcher's)
   int l2_section_pairs = 0;             // forward only: FwdTuning::l2_section_pairs
+  // K rows at positions < gain_keys of each sequence are multiplied by key_gain (apply_key_gain):
+  // the forward visits key blocks last to first, so the scores of the blocks it reaches last jump
+  // above the row offsets it kept (OnlineSoftmax's max-free blocks: lift and recompute paths).
+  int gain_keys = 0;
+  float key_gain = 1.f;
 
   std::string name() const {
     std::ostringstream os;
@@ -43,6 +48,7 @@ struct AttnCase {
     if (no_overlap) os << "_nooverlap";
     if (!force_kernel.empty()) os << "_run_" << force_kernel;
     if (l2_section_pairs > 0) os << "_l2sec" << l2_section_pairs;
+    if (gain_keys) os << "_gain" << int(key_gain) << "below" << gain_keys;
     std::string s = os.str();
     for (char& ch : s)
       if (ch == '-') ch = 'm';  // test names: letters, digits and '_' only
@@ -64,6 +70,15 @@ inline ref::Problem make_problem(const AttnCase& c) {
   p.softcap = c.softcap;
   p.softmax_scale = c.softmax_scale;
   return p;
+}
+
+// Multiplies the first c.gain_keys keys of every sequence of a packed (rows, nheads_k, dim) K by
+// c.key_gain (a power of two keeps 16-bit values exact).
+inline void apply_key_gain(const AttnCase& c, const ref::Problem& prob, std::vector<double>& k) {
+  for (int b = 0; b < prob.batch; ++b)
+    for (int j = 0; j < std::min(c.gain_keys, prob.seqlen_k(b)); ++j)
+      for (int hd = 0; hd < c.nheads_k * c.head_dim; ++hd)
+        k[(size_t(prob.cu_seqlens_k[b] + j) * c.nheads_k) * c.head_dim + hd] *= c.key_gain;
 }
 
 // Device tensor for a (rows..., heads, dim) input with optional row padding.

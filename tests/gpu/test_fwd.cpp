@@ -29,7 +29,8 @@ TEST_P(FwdTest, MatchesFloat64Reference) {
   const int tq = prob.total_q(), tk = prob.total_k();
   const uint64_t seed = std::hash<std::string>{}(c.name());
   const auto q = random_input(size_t(tq) * c.nheads * c.head_dim, seed + 1, c.dtype);
-  const auto k = random_input(size_t(tk) * c.nheads_k * c.head_dim, seed + 2, c.dtype);
+  auto k = random_input(size_t(tk) * c.nheads_k * c.head_dim, seed + 2, c.dtype);
+  apply_key_gain(c, prob, k);
   const auto v = random_input(size_t(tk) * c.nheads_k * c.head_dim, seed + 3, c.dtype);
 
   const int64_t B = c.varlen() ? tq : c.batch, Sq = c.varlen() ? 0 : c.seqlen_q;
@@ -165,6 +166,23 @@ std::vector<FwdCase> coverage() {
   add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128"; c.seqlen_q = 1000; c.seqlen_k = 1000; c.causal = true; });
   add([](FwdCase& c) { c.l2_section_pairs = 1; c.batch = 3; c.seqlen_q = 700; c.causal = true; });
   add([](FwdCase& c) { c.l2_section_pairs = 3; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 500; c.seqlen_k = 900; });
+  // Keys that jump far above the row offsets kept so far (AttnCase::gain_keys): gain 8 makes
+  // max-free blocks lift their offsets, gain 64 overflows their exps and forces the score
+  // recompute from global memory (OnlineSoftmax, Consumer::recompute_scores), in every kernel.
+  add([](FwdCase& c) { c.seqlen_q = 300; c.seqlen_k = 700; c.gain_keys = 256; c.key_gain = 8.f; });
+  add([](FwdCase& c) { c.seqlen_q = 300; c.seqlen_k = 700; c.gain_keys = 300; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.dtype = DType::kFloat16; c.seqlen_q = 300; c.seqlen_k = 700; c.gain_keys = 300; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128"; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 257; c.seqlen_k = 2500; c.gain_keys = 130; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128_masked"; c.nheads = 2; c.nheads_k = 2; c.seqlen_q = 1100; c.seqlen_k = 2100; c.causal = true; c.gain_keys = 200; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.varlen_q = {129, 300, 17}; c.varlen_k = {400, 300, 260}; c.gain_keys = 200; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.softcap = 30.f; c.seqlen_q = 200; c.seqlen_k = 600; c.gain_keys = 200; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.no_overlap = true; c.seqlen_q = 200; c.seqlen_k = 600; c.gain_keys = 200; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.head_dim = 64; c.seqlen_q = 200; c.seqlen_k = 500; c.gain_keys = 200; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.head_dim = 64; c.seqlen_q = 700; c.seqlen_k = 700; c.causal = true; c.gain_keys = 200; c.key_gain = 8.f; });
+  add([](FwdCase& c) { c.head_dim = 96; c.seqlen_q = 200; c.seqlen_k = 500; c.gain_keys = 200; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.head_dim = 192; c.seqlen_q = 200; c.seqlen_k = 500; c.gain_keys = 200; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.head_dim = 256; c.seqlen_q = 200; c.seqlen_k = 500; c.gain_keys = 200; c.key_gain = 8.f; });
+  add([](FwdCase& c) { c.head_dim = 256; c.seqlen_q = 200; c.seqlen_k = 500; c.gain_keys = 200; c.key_gain = 64.f; });
   return cases;
 }
 

@@ -38,14 +38,8 @@ struct Fp8Case {
   int q_block_rows = 0;   // 0: no block descales
   int kv_block_rows = 0;  // 0: no block descales
   bool out_fp16 = false;
-  // K rows at positions < gain_keys of each sequence are multiplied by key_gain before
-  // quantization: the kernel visits key blocks last to first, so the scores of the blocks it
-  // reaches last jump above the row offsets it kept (OnlineSoftmax's max-free blocks).
-  int gain_keys = 0;
-  float key_gain = 1.f;
   std::string name() const {
     std::string s = a.name();
-    if (gain_keys) s += "_gain" + std::to_string(int(key_gain)) + "below" + std::to_string(gain_keys);
     if (q_block_rows) s += "_qblk" + std::to_string(q_block_rows);
     if (kv_block_rows) s += "_kvblk" + std::to_string(kv_block_rows);
     if (out_fp16) s += "_outfp16";
@@ -178,10 +172,7 @@ TEST_P(Fp8FwdTest, WithinE4m3RoundingBound) {
   ref::fill_random(xq, seed + 1);
   ref::fill_random(xk, seed + 2);
   ref::fill_random(xv, seed + 3);
-  for (int b = 0; b < prob.batch; ++b)
-    for (int j = 0; j < std::min(fc.gain_keys, prob.seqlen_k(b)); ++j)
-      for (int hd = 0; hd < c.nheads_k * c.head_dim; ++hd)
-        xk[(size_t(prob.cu_seqlens_k[b] + j) * c.nheads_k) * c.head_dim + hd] *= fc.key_gain;
+  apply_key_gain(c, prob, xk);
   const Quantized q = quantize(prob, xq, true, c.nheads, fc.q_block_rows);
   const Quantized k = quantize(prob, xk, false, c.nheads_k, fc.kv_block_rows);
   const Quantized v = quantize(prob, xv, false, c.nheads_k, fc.kv_block_rows);
@@ -302,14 +293,14 @@ std::vector<Fp8Case> coverage() {
   // in the exp2 domain (the offsets are lifted by a power of two), and beyond 2^128 (the exps
   // overflow and the block's scores are recomputed from the codes in global memory). Per-tensor
   // and block descales, causal, GQA, varlen, a d64 and a d256 case.
-  add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.gain_keys = 256; c.key_gain = 4.f; });
-  add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.gain_keys = 256; c.key_gain = 4.f; c.kv_block_rows = 128; });
-  add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.gain_keys = 300; c.key_gain = 64.f; c.kv_block_rows = 128; });
-  add([](Fp8Case& c) { c.a.seqlen_q = 700; c.a.seqlen_k = 700; c.a.causal = true; c.gain_keys = 200; c.key_gain = 64.f; c.kv_block_rows = 128; });
-  add([](Fp8Case& c) { c.a.nheads = 8; c.a.nheads_k = 2; c.a.seqlen_q = 257; c.a.seqlen_k = 600; c.gain_keys = 130; c.key_gain = 64.f; c.kv_block_rows = 128; });
-  add([](Fp8Case& c) { c.a.varlen_q = {129, 300, 17}; c.a.varlen_k = {400, 300, 260}; c.gain_keys = 200; c.key_gain = 64.f; });
-  add([](Fp8Case& c) { c.a.head_dim = 64; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.gain_keys = 200; c.key_gain = 64.f; c.kv_block_rows = 128; });
-  add([](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.gain_keys = 200; c.key_gain = 8.f; c.kv_block_rows = 128; });
+  add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; });
+  add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; c.kv_block_rows = 128; });
+  add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 300; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
+  add([](Fp8Case& c) { c.a.seqlen_q = 700; c.a.seqlen_k = 700; c.a.causal = true; c.a.gain_keys = 200; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
+  add([](Fp8Case& c) { c.a.nheads = 8; c.a.nheads_k = 2; c.a.seqlen_q = 257; c.a.seqlen_k = 600; c.a.gain_keys = 130; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
+  add([](Fp8Case& c) { c.a.varlen_q = {129, 300, 17}; c.a.varlen_k = {400, 300, 260}; c.a.gain_keys = 200; c.a.key_gain = 64.f; });
+  add([](Fp8Case& c) { c.a.head_dim = 64; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.a.gain_keys = 200; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
+  add([](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.a.gain_keys = 200; c.a.key_gain = 8.f; c.kv_block_rows = 128; });
   return cases;
 }
 

@@ -88,6 +88,20 @@ CUTLASS_DEVICE float2 e4m3x2_to_float2(uint16_t codes) {
   return f;
 }
 
+// Two adjacent input elements (4-byte aligned for 16-bit types, 2-byte for e4m3) -> two floats,
+// exactly: the rare score recompute of the forward's max-free blocks reads Q and K this way.
+template <class Element>
+CUTLASS_DEVICE float2 load_pair_as_float2(const Element* p) {
+  if constexpr (sizeof(Element) == 1) {
+    return e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(p));
+  } else {
+    const uint32_t bits = *reinterpret_cast<const uint32_t*>(p);
+    const float lo = float(Element::bitcast(uint16_t(bits & 0xffffu)));
+    const float hi = float(Element::bitcast(uint16_t(bits >> 16)));
+    return make_float2(lo, hi);
+  }
+}
+
 // Four floats -> four e4m3 bytes in one register (x0 in the low byte), round to nearest, saturate.
 CUTLASS_DEVICE uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
   uint32_t r;

@@ -97,9 +97,9 @@ struct Consumer {
   }
 
   // Scores -> probabilities in place. Returns whether the warp's output rows need o_scale
-  // (OnlineSoftmax::step). Max-free blocks (FP8, OnlineSoftmax) run their exps against the kept
-  // offsets and fall back to lifting the offsets, or, where an exp overflowed, to recomputing
-  // the scores and taking the block's maxima. (Settling the block only after P is converted, so
+  // (OnlineSoftmax::step). Max-free blocks (T::kMaxFreeBlocks, OnlineSoftmax) run their exps
+  // against the kept offsets and fall back to lifting the offsets, or, where an exp overflowed,
+  // to recomputing the scores and taking the block's maxima. (Settling the block only after P is converted, so
   // that the vote waits under the conversion, measured 2-6% slower: perf-log, session 14.)
   template <class TensorS, class TensorC>
   __device__ __forceinline__ bool scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
@@ -133,23 +133,24 @@ struct Consumer {
     return moved;
   }
 
-  // This thread's raw scores of key block n (sum over d of the Q and K codes), recomputed from
-  // global memory: the rare path of the max-free blocks where an exp overflowed and the
-  // accumulator no longer holds them. Rows past seqlen_q get 0 (never stored); keys past
-  // seqlen_k get 0 (masked afterwards). Written as rolled loops, each score placed into its
-  // register by an unrolled compare-and-select, so that the path costs little code inside the
-  // mainloop (fully unrolled: about as fast at d64 and d128, 172 bytes of spill at d256; perf-log,
-  // session 14).
+  // This thread's raw scores of key block n (sum over d of Q times K, as stored: e4m3 codes or
+  // 16-bit values), recomputed from global memory: the rare path of the max-free blocks where an
+  // exp overflowed and the accumulator no longer holds them. Rows past seqlen_q get 0 (never
+  // stored); keys past seqlen_k get 0 (masked afterwards). Written as rolled loops, each score
+  // placed into its register by an unrolled compare-and-select, so that the path costs little
+  // code inside the mainloop (fully unrolled: about as fast at d64 and d128, 172 bytes of spill
+  // at d256; perf-log, session 14). For 16-bit inputs the FP32 sum runs in another order than the
+  // tensor cores' and may differ from theirs in the last bits, as any recompute would.
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void recompute_scores(TensorS& s_rc, const TensorC& tScS, const TileCoord& c,
                                                    const SeqInfo& si, int n) const {
     using namespace cute;
-    static_assert(T::kFp8, "only the FP8 kernel has max-free blocks");
+    static_assert(T::kMaxFreeBlocks, "only kernels with max-free blocks recompute scores");
     Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
     const bool varlen = p.cu_seqlens_q != nullptr;
-    const uint8_t* q_head = p.q_codes + c.head * p.q_head_stride + (varlen ? 0 : c.batch * p.q_batch_stride) +
+    const Element* q_head = p.q_raw + c.head * p.q_head_stride + (varlen ? 0 : c.batch * p.q_batch_stride) +
                             int64_t(si.q_offset) * p.q_row_stride;
-    const uint8_t* k_head = p.k_codes + (c.head / p.head_group) * p.k_head_stride +
+    const Element* k_head = p.k_raw + (c.head / p.head_group) * p.k_head_stride +
                             (varlen ? 0 : c.batch * p.k_batch_stride) + int64_t(si.k_offset) * p.k_row_stride;
     constexpr int kCount = decltype(size(s_rc))::value;
 #pragma unroll 1
@@ -158,12 +159,12 @@ struct Consumer {
       const int col = n * T::kBlockN + get<1>(c_rc(e));
       float acc = 0.f;
       if (row < si.seqlen_q && col < si.seqlen_k) {
-        const uint8_t* q = q_head + row * p.q_row_stride;
-        const uint8_t* k = k_head + col * p.k_row_stride;
+        const Element* q = q_head + row * p.q_row_stride;
+        const Element* k = k_head + col * p.k_row_stride;
 #pragma unroll 1
         for (int d = 0; d < T::kHeadDim; d += 2) {
-          const float2 qf = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(q + d));
-          const float2 kf = e4m3x2_to_float2(*reinterpret_cast<const uint16_t*>(k + d));
+          const float2 qf = load_pair_as_float2(q + d);
+          const float2 kf = load_pair_as_float2(k + d);
           acc = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, acc));
         }
       }

@@ -86,8 +86,13 @@ void set_fp8_fields(FwdKernelParams<T>& p, const FwdArgs& a) {
   // The API checked that a K/V scale block is a whole number of key tiles (FwdKernel::block_n).
   p.kv_key_tiles_per_block = std::max(a.kv_block_rows / T::kBlockN, 1);
   p.out_fp16 = a.out_fp16;
-  p.q_codes = static_cast<const uint8_t*>(a.q);
-  p.k_codes = static_cast<const uint8_t*>(a.k);
+}
+
+// Where the score recompute of max-free blocks (Consumer::recompute_scores) reads Q and K.
+template <class T>
+void set_raw_qk_fields(FwdKernelParams<T>& p, const FwdArgs& a) {
+  p.q_raw = static_cast<const typename T::Element*>(a.q);
+  p.k_raw = static_cast<const typename T::Element*>(a.k);
   p.q_row_stride = a.q_stride.row;
   p.q_head_stride = a.q_stride.head;
   p.q_batch_stride = a.q_stride.batch;
@@ -144,6 +149,7 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   p.window_right = a.window_right;
   p.pingpong = !a.disable_pingpong;
   if constexpr (T::kFp8) set_fp8_fields<T>(p, a);
+  if constexpr (T::kMaxFreeBlocks) set_raw_qk_fields<T>(p, a);
 
   // Sizes in 64-bit: the API bounds each length by int32, not their products.
   const int64_t num_m_blocks = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM;

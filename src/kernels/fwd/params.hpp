@@ -41,10 +41,10 @@ struct FwdKernelParams {
   const float* v_block_descale{};
   int q_block_rows = 1, q_num_blocks = 0, kv_num_blocks = 0;
   int kv_key_tiles_per_block = 1;  // kv block rows / the kernel's key tile
-  // The e4m3 codes of Q and K with their strides (bytes), read only to recompute a block's
-  // scores in the rare case OnlineSoftmax::lift_offsets cannot handle.
-  const uint8_t* q_codes{};
-  const uint8_t* k_codes{};
+  // Q and K as stored (strides in elements), read only to recompute a block's scores in the
+  // rare case OnlineSoftmax::lift_offsets cannot handle (max-free blocks, T::kMaxFreeBlocks).
+  const typename Traits::Element* q_raw{};
+  const typename Traits::Element* k_raw{};
   int64_t q_row_stride{}, q_head_stride{}, q_batch_stride{};
   int64_t k_row_stride{}, k_head_stride{}, k_batch_stride{};
   bool out_fp16{};

@@ -38,7 +38,16 @@ struct FwdTraits {
   // (Consumer::idle_mainloop): +6% at d64 1k (1024 = 5 x 192 + 64), +1..3% at 2k-4k (perf-log,
   // session 12).
   static constexpr bool kSkipIdleWarpgroups = true;
-  static constexpr bool kMaxFreeBlocks = false;  // FP8 only (traits_fp8.hpp)
+  // Blocks after a tile's first run their exps against the kept row offsets without taking the
+  // block's row maxima (OnlineSoftmax, "max-free blocks"). Measured (perf-log, session 15): d96
+  // and d128 gain 1..7%; with the recompute path d64 (three warpgroups at 160 registers), d192
+  // and d256 spill 8-44 bytes and d192/d256 lose 3-7% at 1k-2k, so they keep the row maxima.
+  // Experiments: -DHOPATTN_MAX_FREE_16BIT=0 (off everywhere) or 1 (on everywhere).
+#ifndef HOPATTN_MAX_FREE_16BIT
+#define HOPATTN_MAX_FREE_16BIT -1
+#endif
+  static constexpr bool kMaxFreeBlocks = HOPATTN_MAX_FREE_16BIT >= 0 ? HOPATTN_MAX_FREE_16BIT != 0
+                                                                    : kHeadDim_ == 96 || kHeadDim_ == 128;
 
   // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
   static constexpr int kNumConsumerWgs = kBlockM / 64;

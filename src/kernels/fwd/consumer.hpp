@@ -99,8 +99,9 @@ struct Consumer {
   // Scores -> probabilities in place. Returns whether the warp's output rows need o_scale
   // (OnlineSoftmax::step). Max-free blocks (T::kMaxFreeBlocks, OnlineSoftmax) run their exps
   // against the kept offsets and fall back to lifting the offsets, or, where an exp overflowed,
-  // to recomputing the scores and taking the block's maxima. (Settling the block only after P is converted, so
-  // that the vote waits under the conversion, measured 2-6% slower: perf-log, session 14.)
+  // to recomputing the scores and taking the block's maxima. (Settling the block only after P is
+  // converted, so that the vote waits under the conversion, measured 2-6% slower: perf-log,
+  // session 14.)
   template <class TensorS, class TensorC>
   __device__ __forceinline__ bool scores_to_probs(TensorS& tSrS, const TensorC& tScS, bool first,
                                                   const WindowMask<T::kBlockM, T::kBlockN>& mask,

@@ -13,6 +13,11 @@
 #include "kernels/fwd/output_tile.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
 
+// Experiment switch for FwdTraits::kMaxFreeBlocks: -1 = the measured choice per head dim.
+#ifndef HOPATTN_MAX_FREE_16BIT
+#define HOPATTN_MAX_FREE_16BIT -1
+#endif
+
 namespace hopattn::kernels::fwd {
 
 using namespace cute;
@@ -43,9 +48,6 @@ struct FwdTraits {
   // and d128 gain 1..7%; with the recompute path d64 (three warpgroups at 160 registers), d192
   // and d256 spill 8-44 bytes and d192/d256 lose 3-7% at 1k-2k, so they keep the row maxima.
   // Experiments: -DHOPATTN_MAX_FREE_16BIT=0 (off everywhere) or 1 (on everywhere).
-#ifndef HOPATTN_MAX_FREE_16BIT
-#define HOPATTN_MAX_FREE_16BIT -1
-#endif
   static constexpr bool kMaxFreeBlocks = HOPATTN_MAX_FREE_16BIT >= 0 ? HOPATTN_MAX_FREE_16BIT != 0
                                                                     : kHeadDim_ == 96 || kHeadDim_ == 128;
 

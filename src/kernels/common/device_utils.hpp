@@ -35,6 +35,15 @@ CUTLASS_DEVICE int lane_id_fresh() {
   return static_cast<int>(lane);
 }
 
+// The same value, but one the compiler cannot compute ahead of this point: what is derived from it
+// stays inside the (rare) branch that uses it instead of being hoisted out of a loop, where it
+// would hold registers through every iteration (the forward's deferred score recompute).
+template <class T>
+CUTLASS_DEVICE T* opaque_here(T* ptr) {
+  asm volatile("mov.b64 %0, %0;" : "+l"(ptr));
+  return ptr;
+}
+
 // WGMMA accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) seen as a (rows, cols) matrix:
 // rows = (2 row halves, MMA_M), cols = (2 adjacent cols, N/8 col groups, MMA_N).
 template <class Layout>

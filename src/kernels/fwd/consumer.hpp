@@ -99,7 +99,9 @@ struct Consumer {
   // Scores -> probabilities in place. Returns whether the warp's output rows need o_scale
   // (OnlineSoftmax::step). Max-free blocks (T::kMaxFreeBlocks, OnlineSoftmax) run their exps
   // against the kept offsets and fall back to lifting the offsets, or, where an exp overflowed,
-  // to recomputing the scores and taking the block's maxima. (Settling the block only after P is
+  // to recomputing the scores and taking the block's maxima. With T::kRecomputeAfterPvWait the
+  // recompute is left to the caller: lost is set (warp-uniform; nothing else has changed) and
+  // redo_lost_block must run after the wait for P V. (Settling the block only after P is
   // converted, so that the vote waits under the conversion, measured 2-6% slower: perf-log,
   // session 14.)
   template <class TensorS, class TensorC>
@@ -107,8 +109,9 @@ struct Consumer {
                                                   const WindowMask<T::kBlockM, T::kBlockN>& mask,
                                                   const TileCoord& c, const SeqInfo& si, int n,
                                                   const RowScales<kRows>& rs, OnlineSoftmax<kRows>& softmax,
-                                                  float (&o_scale)[kRows]) {
+                                                  float (&o_scale)[kRows], bool& lost) {
     using namespace cute;
+    lost = false;
     Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));
     prepare_scores(s_rc, tScS, mask, c.m_block, n, rs);
     if constexpr (T::kMaxFreeBlocks) {
@@ -124,14 +127,35 @@ struct Consumer {
         // An exp overflowed: the scores are gone from the accumulator. Rebuild them and take
         // the block's maxima (step<false> below). (Sharing the softcap and mask code with the
         // first pass through a loop measured 7-35% slower: perf-log, session 14.)
-        recompute_scores(s_rc, tScS, c, si, n);
-        prepare_scores(s_rc, tScS, mask, c.m_block, n, rs);
+        if constexpr (T::kRecomputeAfterPvWait) {
+          lost = true;
+          return false;
+        } else {
+          recompute_scores(s_rc, tScS, c, si, n);
+          prepare_scores(s_rc, tScS, mask, c.m_block, n, rs);
+        }
       }
     }
     const bool moved = first ? softmax.template step<true>(s_rc, rs.log2_mult, o_scale)
                              : softmax.template step<false>(s_rc, rs.log2_mult, o_scale);
     if constexpr (T::kMaxFreeBlocks) softmax.note_rows_seen();
     return moved;
+  }
+
+  // The deferred rare path (T::kRecomputeAfterPvWait, scores_to_probs set lost): once no WGMMA
+  // reads this warpgroup's registers, rebuild block n's scores and take the block's maxima.
+  // Returns whether O needs o_scale.
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ bool redo_lost_block(TensorS& tSrS, const TensorC& tScS,
+                                                  const WindowMask<T::kBlockM, T::kBlockN>& mask,
+                                                  const TileCoord& c, const SeqInfo& si, int n, float k_scale,
+                                                  OnlineSoftmax<kRows>& softmax, float (&o_scale)[kRows]) const {
+    using namespace cute;
+    Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));
+    const RowScales<kRows> rs = row_scales(k_scale);
+    recompute_scores(s_rc, tScS, c, si, n);
+    prepare_scores(s_rc, tScS, mask, c.m_block, n, rs);
+    return softmax.template step<false>(s_rc, rs.log2_mult, o_scale);
   }
 
   // This thread's raw scores of key block n (sum over d of Q times K, as stored: e4m3 codes or
@@ -149,9 +173,12 @@ struct Consumer {
     static_assert(T::kMaxFreeBlocks, "only kernels with max-free blocks recompute scores");
     Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
     const bool varlen = p.cu_seqlens_q != nullptr;
-    const Element* q_head = p.q_raw + c.head * p.q_head_stride + (varlen ? 0 : c.batch * p.q_batch_stride) +
+    // Deferred, the base pointers are kept from being computed ahead of the rare branch.
+    const Element* q_raw = T::kRecomputeAfterPvWait ? opaque_here(p.q_raw) : p.q_raw;
+    const Element* k_raw = T::kRecomputeAfterPvWait ? opaque_here(p.k_raw) : p.k_raw;
+    const Element* q_head = q_raw + c.head * p.q_head_stride + (varlen ? 0 : c.batch * p.q_batch_stride) +
                             int64_t(si.q_offset) * p.q_row_stride;
-    const Element* k_head = p.k_raw + (c.head / p.head_group) * p.k_head_stride +
+    const Element* k_head = k_raw + (c.head / p.head_group) * p.k_head_stride +
                             (varlen ? 0 : c.batch * p.k_batch_stride) + int64_t(si.k_offset) * p.k_row_stride;
     constexpr int kCount = decltype(size(s_rc))::value;
 #pragma unroll 1
@@ -383,7 +410,8 @@ struct Consumer {
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
       release_k();
-      scores_to_probs(tSrS, tScS, true, mask, c, si, n_end - 1, row_scales(k_scale), softmax, o_scale);
+      bool lost;  // never on a tile's first block
+      scores_to_probs(tSrS, tScS, true, mask, c, si, n_end - 1, row_scales(k_scale), softmax, o_scale, lost);
       bool softmax_moved = false;  // the first block's P V adds to a zero O
       convert_p(tSrS, tOrP);
       // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
@@ -402,10 +430,13 @@ struct Consumer {
         warpgroup_fence_operand(tSrS_next);
         release_k();
         softmax_moved =
-            scores_to_probs(tSrS_next, tScS, false, mask, c, si, n, row_scales(k_scale), softmax, o_scale);
+            scores_to_probs(tSrS_next, tScS, false, mask, c, si, n, row_scales(k_scale), softmax, o_scale, lost);
         if constexpr (T::kSoftmaxUnderOwnPv) keep_above_wgmma_wait(softmax);
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
+        if constexpr (T::kRecomputeAfterPvWait) {
+          if (lost) softmax_moved = redo_lost_block(tSrS_next, tScS, mask, c, si, n, k_scale, softmax, o_scale);
+        }
         release_v();
         v_ratio = v_units / v_next;
         v_units = v_next;
@@ -431,8 +462,12 @@ struct Consumer {
         warpgroup_fence_operand(tSrS);
         release_k();
         if (n == n_begin) release_q();
-        const bool moved =
-            scores_to_probs(tSrS, tScS, n == n_end - 1, mask, c, si, n, row_scales(k_scale), softmax, o_scale);
+        bool lost;
+        bool moved =
+            scores_to_probs(tSrS, tScS, n == n_end - 1, mask, c, si, n, row_scales(k_scale), softmax, o_scale, lost);
+        if constexpr (T::kRecomputeAfterPvWait) {
+          if (lost) moved = redo_lost_block(tSrS, tScS, mask, c, si, n, k_scale, softmax, o_scale);
+        }
         const float v_next = Scales::v_units(v_block, n == n_end - 1 ? 1.f : v_units);
         if (n != n_end - 1) rescale_output(tOrO, o_scale, v_units / v_next, moved);
         v_units = v_next;

@@ -45,11 +45,17 @@ struct FwdTraits {
   static constexpr bool kSkipIdleWarpgroups = true;
   // Blocks after a tile's first run their exps against the kept row offsets without taking the
   // block's row maxima (OnlineSoftmax, "max-free blocks"). Measured (perf-log, session 15): d96
-  // and d128 gain 1..7%; with the recompute path d64 (three warpgroups at 160 registers), d192
-  // and d256 spill 8-44 bytes and d192/d256 lose 3-7% at 1k-2k, so they keep the row maxima.
+  // and d128 gain 1..7%, d192 1..7% with the recompute after the wait for P V (below); d64
+  // (three warpgroups at 160 registers) and d256 spill 8-28 bytes with the recompute path in
+  // either place, and d256 loses 3-10% at 1k-2k, so they keep the row maxima.
   // Experiments: -DHOPATTN_MAX_FREE_16BIT=0 (off everywhere) or 1 (on everywhere).
-  static constexpr bool kMaxFreeBlocks = HOPATTN_MAX_FREE_16BIT >= 0 ? HOPATTN_MAX_FREE_16BIT != 0
-                                                                    : kHeadDim_ == 96 || kHeadDim_ == 128;
+  static constexpr bool kMaxFreeBlocks =
+      HOPATTN_MAX_FREE_16BIT >= 0 ? HOPATTN_MAX_FREE_16BIT != 0
+                                  : kHeadDim_ == 96 || kHeadDim_ == 128 || kHeadDim_ == 192;
+  // Where the rare score recompute runs (Consumer::scores_to_probs): inside the softmax, or
+  // deferred until the wait for P V (then P's registers are free). d192 spills 44 bytes with
+  // the first and none with the second; d96, d128 and FP8 (0.84-0.98 deferred) keep the first.
+  static constexpr bool kRecomputeAfterPvWait = kHeadDim_ == 192;
 
   // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
   static constexpr int kNumConsumerWgs = kBlockM / 64;

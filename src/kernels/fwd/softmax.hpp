@@ -99,7 +99,7 @@ struct OnlineSoftmax {
     return !kFirst && __any_sync(0xffffffff, any_moved);
   }
 
-  // --- Max-free blocks (FP8, Consumer::scores_to_probs) -------------------------------------
+  // --- Max-free blocks (FwdTraits::kMaxFreeBlocks; Consumer::scores_to_probs) ---------------
   // Once every row of a warp has seen a key, a block's exps can run against the kept offsets
   // (row_max) without first taking the block's row maxima: p = exp2(s * mult - row_max). The
   // offset stays valid as long as no p exceeds 2^kMaxLag, and a thread's partial row sum bounds

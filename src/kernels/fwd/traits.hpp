@@ -47,7 +47,7 @@ struct FwdTraits {
   // block's row maxima (OnlineSoftmax, "max-free blocks"). Measured (perf-log, session 15): d96
   // and d128 gain 1..7%, d192 1..7% with the recompute after the wait for P V (below); d64
   // (three warpgroups at 160 registers) and d256 spill 8-28 bytes with the recompute path in
-  // either place, and d256 loses 3-10% at 1k-2k, so they keep the row maxima.
+  // either place, and d256 loses 7-10% at 1k-2k, so they keep the row maxima.
   // Experiments: -DHOPATTN_MAX_FREE_16BIT=0 (off everywhere) or 1 (on everywhere).
   static constexpr bool kMaxFreeBlocks =
       HOPATTN_MAX_FREE_16BIT >= 0 ? HOPATTN_MAX_FREE_16BIT != 0

@@ -41,6 +41,7 @@ struct Case {
   // the L2 section size of the tile order (FwdTuning / BwdTuning; 0: the library's rule).
   std::string kernel;
   int32_t l2_section_pairs = 0;
+  int32_t lag_dq_min_steps = 0;  // backward: BwdTuning::lag_dq_min_steps (0: the library's rule)
 };
 
 // Number of (query row, key) score pairs one (batch, head) computes under the case's mask.

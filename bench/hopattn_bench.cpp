@@ -57,6 +57,7 @@ struct CliOptions {
   // shape (an A/B in one process, no rebuild).
   std::vector<std::string> kernels;        // empty: the dispatcher's choice
   std::vector<int32_t> l2_section_pairs;  // empty: sized from the L2 cache
+  std::vector<int32_t> lag_dq_min_steps;  // empty: the library's rule
   TimingOptions timing;
   uint64_t seed = 0x5eedu;
   int device = 0;
@@ -113,6 +114,9 @@ void add_options(CLI::App& app, CliOptions& o) {
   app.add_option("--l2-section-pairs", o.l2_section_pairs,
                  "Time each of these L2 section sizes ((batch, head) pairs; 0: the library's rule)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 30));
+  app.add_option("--lag-dq-min-steps", o.lag_dq_min_steps,
+                 "Backward: time each of these dQ-lag thresholds (steps per key tile; 0: the library's rule)")
+      ->delimiter(',')->check(CLI::Range(0, 1 << 30));
   app.add_option("--warmup", o.timing.warmup, "Untimed launches before timing")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--reps", o.timing.reps, "Timed launches (the median is reported)")
@@ -162,15 +166,19 @@ std::vector<Case> expand_experiments(const std::vector<Case>& cases, const CliOp
   const std::vector<std::string> no_kernel{""};  // the dispatcher's choice
   const std::vector<std::string>& kernels = o.kernels.empty() ? no_kernel : o.kernels;
   const std::vector<int32_t> sections = o.l2_section_pairs.empty() ? std::vector<int32_t>{0} : o.l2_section_pairs;
+  const std::vector<int32_t> no_lag{0};
+  const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? no_lag : o.lag_dq_min_steps;
   std::vector<Case> out;
   for (const Case& c : cases)
     for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
-      for (int32_t s : sections) {
-        Case v = c;
-        v.kernel = k;
-        v.l2_section_pairs = s;
-        out.push_back(v);
-      }
+      for (int32_t s : sections)
+        for (int32_t lag : c.direction == Direction::kBwd ? lags : no_lag) {
+          Case v = c;
+          v.kernel = k;
+          v.l2_section_pairs = s;
+          v.lag_dq_min_steps = lag;
+          out.push_back(v);
+        }
   return out;
 }
 

@@ -102,6 +102,9 @@ struct FwdParams {
 // Experiment knob of the backward, as FwdTuning's: leave it at its default (the measured choice).
 struct BwdTuning {
   int32_t l2_section_pairs = 0;  // > 0: (batch, KV head) pairs per L2 section of the tile order; 0: the library's rule
+  // > 0: key tiles with at least this many query-block steps run dQ one step behind dS (head
+  // dims <= 128; 1 = every tile, a huge value = none); 0: the library's rule.
+  int32_t lag_dq_min_steps = 0;
 };
 
 struct BwdParams {

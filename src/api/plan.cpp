@@ -173,6 +173,7 @@ kernels::BwdArgs make_bwd_args(const BwdParams& p, const FwdProblem& prob, const
   fill_problem_args(a, p, prob, dev);
   a.deterministic = p.deterministic;
   a.l2_section_pairs = p.tuning.l2_section_pairs;
+  a.lag_dq_min_steps = p.tuning.lag_dq_min_steps;
   return a;
 }
 

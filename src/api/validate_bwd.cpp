@@ -37,6 +37,9 @@ FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev) {
   if (p.tuning.l2_section_pairs < 0)
     fail("tuning.l2_section_pairs",
          "must be >= 0 (0 = the library's rule), got " + std::to_string(p.tuning.l2_section_pairs));
+  if (p.tuning.lag_dq_min_steps < 0)
+    fail("tuning.lag_dq_min_steps",
+         "must be >= 0 (0 = the library's rule), got " + std::to_string(p.tuning.lag_dq_min_steps));
   return prob;
 }
 

@@ -22,6 +22,7 @@ struct BwdArgs : ProblemArgs {
   int64_t lse_batch_stride = 0, lse_head_stride = 0;  // row stride is 1
   bool deterministic = false;
   int32_t l2_section_pairs = 0;  // BwdTuning::l2_section_pairs
+  int32_t lag_dq_min_steps = 0;  // BwdTuning::lag_dq_min_steps
 };
 
 }  // namespace hopattn::kernels

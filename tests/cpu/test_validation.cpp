@@ -468,6 +468,15 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   }
   p.tuning.l2_section_pairs = 0;
+  p.tuning.lag_dq_min_steps = -1;
+  try {
+    plan_bwd(p, fake_hopper());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "tuning.lag_dq_min_steps") << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  p.tuning.lag_dq_min_steps = 0;
   p.lse = {};
   try {
     plan_bwd(p, fake_hopper());

@@ -92,6 +92,7 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
   p.mask = f.mask;
   p.softcap = c.softcap;
   p.deterministic = c.deterministic;
+  p.tuning.lag_dq_min_steps = c.lag_dq_min_steps;
 
   Plan fplan, bplan;
   try {
@@ -170,6 +171,20 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 1024; c.seqlen_k = 1024; c.causal = true; });
   add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; });
   add([](BwdCase& c) { c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.head_dim = 64; });
+  // dQ one step behind dS (bwd/consumer.hpp) in every tile (lag 1), or in the longer tiles of a
+  // causal problem only (lag 6); the shapes above are too short for the library's rule.
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (int d : {64, 96, 128})
+      for (bool causal : {false, true})
+        add([&](BwdCase& c) { c.dtype = dt; c.head_dim = d; c.causal = causal; c.lag_dq_min_steps = 1; });
+  add([](BwdCase& c) { c.seqlen_q = 300; c.seqlen_k = 517; c.causal = true; c.head_dim = 64; c.lag_dq_min_steps = 1; });
+  add([](BwdCase& c) { c.seqlen_q = 1000; c.seqlen_k = 1000; c.causal = true; c.lag_dq_min_steps = 6; });
+  add([](BwdCase& c) { c.seqlen_q = 1; c.seqlen_k = 1; c.lag_dq_min_steps = 1; });
+  add([](BwdCase& c) { c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 200; c.seqlen_k = 333; c.head_dim = 64; c.lag_dq_min_steps = 1; });
+  add([](BwdCase& c) { c.varlen_q = {100, 0, 257, 1}; c.varlen_k = {64, 5, 300, 0}; c.lag_dq_min_steps = 1; });
+  add([](BwdCase& c) { c.softcap = 5.f; c.window_left = 64; c.causal = true; c.seqlen_q = 600; c.seqlen_k = 600; c.head_dim = 96; c.lag_dq_min_steps = 1; });
+  add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; c.lag_dq_min_steps = 1; });
+  add([](BwdCase& c) { c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.head_dim = 64; c.lag_dq_min_steps = 1; });
   // The split-head-dim kernel of d192/d256 (bwd/consumer_wide.hpp) under every option.
   add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 1; c.seqlen_k = 1; });
   add([](BwdCase& c) { c.head_dim = 256; c.nheads = 8; c.nheads_k = 1; c.seqlen_q = 190; c.causal = true; });

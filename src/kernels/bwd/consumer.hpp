@@ -7,12 +7,21 @@
 //   dV += P^T dO_m                                   (RS: P^T straight from registers)
 //   wait dP^T: dS^T = P^T * (dP^T - dsum)             (softcap: times 1 - tanh^2)
 //   dK += dS^T Q_m                                   (RS)
-//   dS^T -> shared memory (stmatrix); both warpgroups sync (ds_ready)
-//   dQ[:, half w] = dS K[:, half w]                  (SS over all 128 keys)
+//   dS^T -> shared memory (stmatrix)
+//   dQ half w = dS K                                 (SS over all 128 keys; needs both halves of dS)
 //   wait dV, dK: free the Q/dO stage
 //   [d > 64: issue the next step's S^T here, so that it runs under the dQ hand-off]
 //   wait dQ: store the dQ half into smem.dq and arrive on dq_full.
 // dK is scaled by softmax_scale in the epilogue (dQ in the postprocess kernel).
+//
+// Where the dQ GEMM waits for the other warpgroup's dS (T::kLagDq):
+// * d > 64: on this step's dS, through a named barrier (ds_ready): the warpgroups run in
+//   lockstep, both in their softmax at the same time.
+// * d = 64: on the previous step's dS (mbarriers ds_full / ds_empty per buffer), so dQ lags one
+//   step: a warpgroup may run up to a step ahead, and warpgroup 1 starts each tile once
+//   warpgroup 0 has its first probabilities, so that each one's softmax runs under the other's
+//   GEMMs. A tile's first step runs a discarded dQ GEMM (a step without it is a second copy of
+//   the code, which made ptxas spill 280 B) and the last step's dQ is drained after the loop.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -49,6 +58,13 @@ __device__ __forceinline__ auto operand_views(typename T::SharedStorage& smem, i
                     dkv.partition_fragment_B(view(smem.q.data(), typename T::SmemLayoutQt{})),
                     dq.partition_fragment_A(view(smem.ds.data(), typename T::SmemLayoutdS{})),     // (MMA, q, keys, buf)
                     dq.partition_fragment_B(view(smem.k.data(), typename T::SmemLayoutKt{})));     // (MMA, d half, keys)
+}
+
+// One arrival per warp on a barrier that counts warps: 256 single-thread arrivals on one
+// shared-memory word, twice per step, cost more than the named barrier they replace.
+__device__ __forceinline__ void warp_release(uint64_t& bar) {
+  __syncwarp();
+  if (cute::elect_one_sync()) fwd::release(bar);
 }
 
 template <class T>
@@ -95,17 +111,53 @@ struct BwdConsumer {
       issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage), tSrS);
     };
 
-    int ds_buf = 0;
+    // dS buffers: this step's dS goes to ds_pipe.stage; `prev` is the buffer of the step whose
+    // dQ GEMM is still to run (see the header comment: dQ lags one step behind).
+    fwd::PipeState<2> ds_pipe;
+    // This warpgroup's dS^T into its half of the buffer, once both warpgroups' dQ GEMMs of two
+    // steps ago have read it; published to both warpgroups' dQ GEMMs on ds_full.
+    auto store_ds = [&](auto& tdSrdS) {
+      if constexpr (T::kLagDq) fwd::wait_empty(smem.ds_empty[ds_pipe.stage], ds_pipe.phase);
+      copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_pipe.stage));
+      cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
+      if constexpr (T::kLagDq) warp_release(smem.ds_full[ds_pipe.stage]);
+    };
+    // dQ of the previous step = dS K over all keys: needs the other warpgroup's half of dS. A
+    // tile's first step has no previous step; it runs the GEMM anyway on whatever the buffer
+    // holds and drops the result, so that every step is the same code (a first step without
+    // the GEMM is a second copy of the step, which made ptxas spill 280 B at d = 64).
+    auto issue_prev_dq = [&](auto& tdQrdS, auto& tdQrKt, auto& tdQrdQ, const fwd::PipeState<2>& prev) {
+      auto tdQrdS_buf = tdQrdS(_, _, _, prev.stage);  // an lvalue: issue_wgmma takes A by reference
+      issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
+    };
+    // Once that GEMM has completed: its dS buffer is free again, dQ goes to the writer.
+    auto finish_prev_dq = [&](auto& tdQrdQ, const fwd::PipeState<2>& prev, bool real) {
+      warpgroup_fence_operand(tdQrdQ);
+      if (real) {
+        if constexpr (T::kLagDq) warp_release(smem.ds_empty[prev.stage]);
+        hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
+      }
+    };
+
     for_each_key_tile(p, smem, sched, kv_pipe, mma_dkv, tid, [&](const TileWork<T>& w, int steps, auto& tdKrdK,
                                                                  auto& tdVrdV) {
       StepCursor cur{w.m_begin, w.m_begin, w.m_end};
+      fwd::PipeState<2> prev = ds_pipe;  // meaningful once a step has stored its dS
+      // Whether dQ lags one step behind in this tile (see the header comment). Lagging costs a
+      // wasted GEMM in the first step and an exposed one after the last: only long tiles pay.
+      const bool lag = T::kLagDq && steps >= p.lag_dq_min_steps;
       auto fresh_scores = [&] { return partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{}); };
       auto fresh_dq = [&] { return partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}); };
-      // One step. With kPrefetch, S^T of the next step is issued behind this step's dQ GEMM.
-      // The last step is a separate instance so that the number of GEMM batches in flight
-      // never depends on a branch (C7518: ptxas would serialize every WGMMA of the kernel).
+      // One step; it also runs the previous step's dQ GEMM. With kPrefetch, S^T of the next
+      // step is issued behind that GEMM. The last step is a separate instance so that the
+      // number of GEMM batches in flight never depends on a branch (C7518: ptxas would
+      // serialize every WGMMA of the kernel).
       auto step = [&](int i, auto prefetch, auto& tSrS, auto& tSrdP, auto& tdQrdQ) {
         constexpr bool kPrefetch = decltype(prefetch)::value;
+        // The dQ GEMM of this step reads dq_src: the previous step's dS when dQ lags (none in
+        // a tile's first step), else this step's (waiting for the other warpgroup's half now).
+        const fwd::PipeState<2> dq_src = lag ? prev : ds_pipe;
+        const bool real = !lag || i > 0;
         const int s = pipe.stage, m = cur.m;
         const int salt = i & p.opaque_zero;
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(salt);
@@ -115,6 +167,7 @@ struct BwdConsumer {
         if constexpr (!kOverlapSteps) warpgroup_wait<1>();  // else S^T completed in the previous step
         warpgroup_fence_operand(tSrS);
         scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
+        if (lag && i == 0 && wg == 0) named_barrier_arrive(kStaggerBarrier, T::kNumConsumerThreads);
         // P^T leaves the FP32 accumulator at once: 16 registers instead of 32 while dP^T is
         // live, and dV starts before dP^T is ready. dS is computed from the rounded P (2^-9
         // relative, far below what the naive baseline's 16-bit P loses).
@@ -130,12 +183,12 @@ struct BwdConsumer {
         issue_wgmma<false, true>(mma_dkv, tdKrdS, tdKrQt(_, _, _, s), tdKrdK);
 
         Tensor tdSrdS = ds_thr.retile_S(make_tensor(tdKrdS.data(), tSrdP.layout()));  // accumulator order
-        copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_buf));
-        cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
-        named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
-        auto tdQrdS_buf = tdQrdS(_, _, _, ds_buf);  // an lvalue: issue_wgmma takes A by reference
-        issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
-        ds_buf ^= 1;
+        store_ds(tdSrdS);
+        // Both warpgroups' halves of dq_src: the named barrier when it is this step's dS (cheaper
+        // than the mbarrier, whose phases still advance), the mbarrier when it is the last step's.
+        if (!lag) named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
+        else if (real) fwd::wait_full(smem.ds_full[dq_src.stage], dq_src.phase);
+        issue_prev_dq(tdQrdS, tdQrKt, tdQrdQ, dq_src);
         // dV and dK (the last readers of this Q/dO stage) are done once only dQ is pending.
         warpgroup_wait<1>();
         warpgroup_fence_operand(tdVrdV);
@@ -145,20 +198,32 @@ struct BwdConsumer {
         cur.advance();
         if constexpr (kPrefetch) {
           // The next S^T queues behind dQ: the tensor cores stay busy through the dQ hand-off.
-          // Live here: dK, dV, dQ and S^T (192 registers). It is waited for before the loop
-          // turns: an accumulator in flight across the back edge makes ptxas serialize every
-          // WGMMA of the kernel (C7514).
+          // Live here: dK, dV, dQ and S^T (192 registers at d = 128). It is waited for before
+          // the loop turns: an accumulator in flight across the back edge makes ptxas
+          // serialize every WGMMA of the kernel (C7514).
           issue_scores(tSrS, salt);
           warpgroup_wait<1>();
-          warpgroup_fence_operand(tdQrdQ);
-          hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
+          finish_prev_dq(tdQrdQ, dq_src, real);
           warpgroup_wait<0>();
         } else {
           warpgroup_wait<0>();
-          warpgroup_fence_operand(tdQrdQ);
-          hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
+          finish_prev_dq(tdQrdQ, dq_src, real);
         }
+        prev = ds_pipe;
+        ds_pipe.advance();
       };
+      // The last step's dQ, before K is released.
+      auto drain = [&](int i, auto& tdQrdQ) {
+        auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(i & p.opaque_zero);
+        fwd::wait_full(smem.ds_full[prev.stage], prev.phase);
+        issue_prev_dq(tdQrdS, tdQrKt, tdQrdQ, prev);
+        warpgroup_wait<0>();
+        finish_prev_dq(tdQrdQ, prev, true);
+      };
+      // Warpgroup 1 starts a lagging tile once warpgroup 0 has its first probabilities, so that
+      // each one's softmax runs under the other's GEMMs (nothing re-aligns them until the tile
+      // ends).
+      if (lag && wg == 1) named_barrier_sync(kStaggerBarrier, T::kNumConsumerThreads);
       if constexpr (kOverlapSteps) {
         // With S^T crossing steps, every accumulator is created (and pinned by a fence) once
         // per tile, before any GEMM is in flight: a fragment created inside the step would
@@ -174,6 +239,7 @@ struct BwdConsumer {
         warpgroup_wait<0>();
         for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, tSrS, tSrdP, tdQrdQ);
         step(steps - 1, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
+        if (lag) drain(steps, tdQrdQ);
       } else {
         for (int i = 0; i < steps; ++i) {
           // Fresh accumulators in every step: 1-2% faster at d64 than ones kept per tile.
@@ -182,6 +248,8 @@ struct BwdConsumer {
           auto tdQrdQ = fresh_dq();
           step(i, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
         }
+        auto tdQrdQ = fresh_dq();
+        if (lag) drain(steps, tdQrdQ);
       }
     });
   }

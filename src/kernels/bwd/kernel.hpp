@@ -45,6 +45,13 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
 
   if (warp == 0 && cute::elect_one_sync()) {
     init_bwd_barriers<typename T::SharedStorage, T::kStages>(smem, T::kNumConsumerThreads);
+    if constexpr (!T::kSplitHeadDim && T::kLagDq) {
+      for (int b = 0; b < 2; ++b) {
+        // One arrival per consumer warp (consumer.hpp, warp_release).
+        fwd::EmptyBarrier::init(&smem.ds_full[b], T::kNumConsumerThreads / 32);  // both warpgroups stored their dS
+        fwd::EmptyBarrier::init(&smem.ds_empty[b], T::kNumConsumerThreads / 32);  // both dQ GEMMs read it
+      }
+    }
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());

@@ -8,12 +8,17 @@
 //   dV  += P^T dO       RS   A = P^T (registers)  B = dO^T (smem, MN-major)   MmaDKV
 //   dK  += dS^T Q       RS   A = dS^T (registers) B = Q^T (smem, MN-major)    MmaDKV
 //   dQ   = dS K         SS   A = dS (smem, MN-major, all keys of both warpgroups)
-//                             B = K^T (smem, MN-major)   MmaDQ: M = queries, N = d split in two
+//                             B = K^T (smem, MN-major)   MmaDQ: M = queries, N = d, split in two
 // Computing the transposes S^T and dP^T (keys as rows) is what lets P^T and dS^T feed the dV and
-// dK GEMMs straight from registers. dQ is split along d so that each warpgroup holds only
-// 64 x d/2 of it (registers are the limit: dK and dV already take d/2 each per thread); in
-// exchange both warpgroups' dS must be in shared memory before either dQ GEMM starts.
+// dK GEMMs straight from registers. dQ is split between the warpgroups so that each holds only
+// half of it (registers are the limit: dK and dV already take d/2 each per thread); in exchange
+// both warpgroups' dS must be in shared memory before either dQ GEMM starts. With 64-row steps
+// the split is along d (64 x d/2 each); with 128-row steps (d = 64) along the queries (64 x d
+// each), so that the GEMM's N is d = 64 rather than 32: an SS WGMMA with N = 32 reads 3 KB of
+// shared memory per 16 tensor-core cycles, more than the 128 B per cycle the SM delivers.
 #pragma once
+
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cute/atom/copy_traits_sm90_tma.hpp>
@@ -55,13 +60,29 @@ struct BwdTraits {
   // * kOverlapSteps: issue the next step's S^T = K Q^T behind this step's dQ GEMM, so that the
   //   dQ hand-off runs under a GEMM (needs 32 more live registers; at d = 64 it measured slower).
   //   HOPATTN_EXP_SERIAL_STEPS turns it off everywhere, for the ablation.
+#ifdef HOPATTN_EXP_REBUILD_DESCRIPTORS
+  static constexpr bool kRebuildDescriptorsPerStep = true;
+#else
   static constexpr bool kRebuildDescriptorsPerStep = kHeadDim > 64;
+#endif
 #ifdef HOPATTN_EXP_SERIAL_STEPS
   static constexpr bool kOverlapSteps = false;
+#elif defined(HOPATTN_EXP_OVERLAP_STEPS)
+  static constexpr bool kOverlapSteps = true;
 #else
   static constexpr bool kOverlapSteps = kHeadDim > 64;
 #endif
   static_assert(kBlockM % 64 == 0, "whole WGMMA M-tiles of queries per step");
+  // How the dQ GEMM is split between the two warpgroups (see the header comment).
+#ifndef HOPATTN_BWD_DQ_SPLIT_ROWS
+#define HOPATTN_BWD_DQ_SPLIT_ROWS 1
+#endif
+  static constexpr bool kDqSplitRows = HOPATTN_BWD_DQ_SPLIT_ROWS && kBlockM == 64 * kNumConsumerWgs;
+  static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / kNumConsumerWgs;  // N per warpgroup
+  // dQ one step behind dS (consumer.hpp): +7..16% at d = 64 (128-row steps) from 1k on an H200;
+  // at d = 128 (64-row steps, the next S^T already prefetched behind dQ) 0.95-1.03, and the
+  // mbarrier bookkeeping alone cost 4-9% at 1k-4k (docs/perf-log.md, session 16).
+  static constexpr bool kLagDq = kBlockM == 64 * kNumConsumerWgs;
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;
@@ -75,14 +96,14 @@ struct BwdTraits {
                            GMMA::Major::K, GMMA::Major::MN>(),
       ConsumerAtoms{}));
   using MmaDQ = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim / 2>, Int<kBlockN>>,
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqCols>, Int<kBlockN>>,
                            GMMA::Major::MN, GMMA::Major::MN>(),
-      Layout<Shape<_1, Int<kNumConsumerWgs>, _1>>{}));
+      std::conditional_t<kDqSplitRows, ConsumerAtoms, Layout<Shape<_1, Int<kNumConsumerWgs>, _1>>>{}));
 
   using SmemAtom = decltype(fwd::k_major_smem_atom<Element, kHeadDim>());
-  // K is also the MN-major B operand of the dQ GEMM, whose N = d is split between the two
-  // warpgroups: its swizzle atom must not straddle d/2 (d = 64: 64-byte, d = 96: 32-byte atoms).
-  using SmemAtomK = decltype(fwd::k_major_smem_atom<Element, kHeadDim / 2>());
+  // K is also the MN-major B operand of the dQ GEMM: where its N = d is split between the
+  // warpgroups, K's swizzle atom must not straddle d/2 (d = 96: 32-byte atoms).
+  using SmemAtomK = decltype(fwd::k_major_smem_atom<Element, kDqCols>());
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
   using SmemLayoutdO = SmemLayoutQ;
   using SmemLayoutK = decltype(tile_to_shape(SmemAtomK{}, Shape<Int<kBlockN>, Int<kHeadDim>>{}));
@@ -133,6 +154,7 @@ struct BwdTraits {
     alignas(8) uint64_t kv_full, kv_empty;
     uint64_t q_full[kStages], do_full[kStages], qdo_empty[kStages];
     uint64_t dq_full, dq_empty;
+    uint64_t ds_full[2], ds_empty[2];  // dS buffer b: both warpgroups stored / read it
     fwd::TileRing tiles;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));

@@ -34,6 +34,7 @@ struct BwdWideTraits {
   static constexpr int kBlockN = 64;  // keys per CTA tile
   static constexpr int kStages = kStages_;  // depth of the Q / dO ring
   static constexpr bool kSplitHeadDim = true;
+  static constexpr bool kLagDq = false;  // the narrow consumer's schedule (traits.hpp)
 
   static constexpr int kNumConsumerWgs = 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;

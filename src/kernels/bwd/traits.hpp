@@ -79,9 +79,10 @@ struct BwdTraits {
 #endif
   static constexpr bool kDqSplitRows = HOPATTN_BWD_DQ_SPLIT_ROWS && kBlockM == 64 * kNumConsumerWgs;
   static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / kNumConsumerWgs;  // N per warpgroup
-  // dQ one step behind dS (consumer.hpp): +7..16% at d = 64 (128-row steps) from 1k on an H200;
-  // at d = 128 (64-row steps, the next S^T already prefetched behind dQ) 0.95-1.03, and the
-  // mbarrier bookkeeping alone cost 4-9% at 1k-4k (docs/perf-log.md, session 16).
+  // dQ one step behind dS (consumer.hpp): +7..17% at d = 64 (128-row steps) unmasked from 1k
+  // on an H200; at d = 128 (64-row steps, the next S^T already prefetched behind dQ) 0.94-1.08
+  // over three calls, and the mbarrier bookkeeping alone cost 4-9% at 1k-4k (docs/perf-log.md,
+  // session 16).
   static constexpr bool kLagDq = kBlockM == 64 * kNumConsumerWgs;
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;

@@ -103,7 +103,7 @@ struct FwdParams {
 struct BwdTuning {
   int32_t l2_section_pairs = 0;  // > 0: (batch, KV head) pairs per L2 section of the tile order; 0: the library's rule
   // > 0: key tiles with at least this many query-block steps run dQ one step behind dS (head
-  // dims <= 128; 1 = every tile, a huge value = none); 0: the library's rule.
+  // dim 64; 1 = every tile, a huge value = none); 0: the library's rule (3).
   int32_t lag_dq_min_steps = 0;
 };
 

@@ -117,10 +117,11 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
     p.heads_per_l2_section = 1;
   }
   if (a.l2_section_pairs > 0) p.heads_per_l2_section = int(std::min<int64_t>(pairs, a.l2_section_pairs));
-  // dQ one step behind dS (consumer.hpp, kernels with T::kLagDq) in every key tile: a tile's
-  // first step wastes one dQ GEMM and its last one is exposed, yet a threshold of 8 steps
-  // measured no better than every tile at d = 64 (docs/perf-log.md, session 16).
-  p.lag_dq_min_steps = a.lag_dq_min_steps > 0 ? a.lag_dq_min_steps : 1;
+  // dQ one step behind dS (consumer.hpp, kernels with T::kLagDq) in key tiles of at least 3
+  // steps: a tile's first step wastes one dQ GEMM and its last one is exposed. Measured at d64
+  // on an H200 against the lockstep schedule (docs/perf-log.md, session 16): from 3 steps
+  // +3% causal 1k, +7% causal 2k, +8% 1k, -1% causal 512; every tile -3% causal 512.
+  p.lag_dq_min_steps = a.lag_dq_min_steps > 0 ? a.lag_dq_min_steps : 3;
   return p;
 }
 

@@ -83,7 +83,11 @@ struct BwdTraits {
   // on an H200; at d = 128 (64-row steps, the next S^T already prefetched behind dQ) 0.94-1.08
   // over three calls, and the mbarrier bookkeeping alone cost 4-9% at 1k-4k (docs/perf-log.md,
   // session 16).
+#ifdef HOPATTN_EXP_BWD_LAG_ALL
+  static constexpr bool kLagDq = true;  // experiments: the lagged schedule at d96 / d128 too
+#else
   static constexpr bool kLagDq = kBlockM == 64 * kNumConsumerWgs;
+#endif
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
   using TileKV = Shape<Int<kBlockN>, Int<kHeadDim>>;

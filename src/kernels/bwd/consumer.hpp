@@ -17,8 +17,9 @@
 // Where the dQ GEMM waits for the other warpgroup's dS (T::kLagDq):
 // * d > 64: on this step's dS, through a named barrier (ds_ready): the warpgroups run in
 //   lockstep, both in their softmax at the same time.
-// * d = 64: on the previous step's dS (mbarriers ds_full / ds_empty per buffer), so dQ lags one
-//   step: a warpgroup may run up to a step ahead, and warpgroup 1 starts each tile once
+// * d = 64, in key tiles of at least p.lag_dq_min_steps steps (default 3): on the previous
+//   step's dS (mbarriers ds_full / ds_empty per buffer), so dQ lags one step: a warpgroup may
+//   run up to a step ahead, and warpgroup 1 starts each tile once
 //   warpgroup 0 has its first probabilities, so that each one's softmax runs under the other's
 //   GEMMs. A tile's first step runs a discarded dQ GEMM (a step without it is a second copy of
 //   the code, which made ptxas spill 280 B) and the last step's dQ is drained after the loop.

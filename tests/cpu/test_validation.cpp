@@ -459,23 +459,20 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
     EXPECT_EQ(e.argument(), "dv") << e.what();
   }
   p.dv = arena.tensor(DType::kFloat16, {1, 32, 4, 64});
+  const auto expect_invalid = [&](const std::string& arg) {
+    try {
+      plan_bwd(p, fake_hopper());
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.argument(), arg) << e.what();
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    }
+  };
   p.tuning.l2_section_pairs = -2;
-  try {
-    plan_bwd(p, fake_hopper());
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), "tuning.l2_section_pairs") << e.what();
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-  }
+  expect_invalid("tuning.l2_section_pairs");
   p.tuning.l2_section_pairs = 0;
   p.tuning.lag_dq_min_steps = -1;
-  try {
-    plan_bwd(p, fake_hopper());
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.argument(), "tuning.lag_dq_min_steps") << e.what();
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-  }
+  expect_invalid("tuning.lag_dq_min_steps");
   p.tuning.lag_dq_min_steps = 0;
   p.lse = {};
   try {

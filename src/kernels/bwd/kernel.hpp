@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
 
   if (warp == 0 && cute::elect_one_sync()) {
     init_bwd_barriers<typename T::SharedStorage, T::kStages>(smem, T::kNumConsumerThreads);
-    if constexpr (!T::kSplitHeadDim && T::kLagDq) {
+    if constexpr (T::kLagDq) {  // the dS barriers of the lagged schedule (consumer.hpp)
       for (int b = 0; b < 2; ++b) {
         // One arrival per consumer warp (consumer.hpp, warp_release).
         fwd::EmptyBarrier::init(&smem.ds_full[b], T::kNumConsumerThreads / 32);  // both warpgroups stored their dS

@@ -34,9 +34,6 @@ namespace hopattn::kernels::bwd {
 #ifndef HOPATTN_BWD64_BLOCK_M
 #define HOPATTN_BWD64_BLOCK_M 128
 #endif
-#ifndef HOPATTN_BWD64_STAGES
-#define HOPATTN_BWD64_STAGES 2
-#endif
 template <class Element, int kHeadDim, int kShape>
 using WideBwdTraits = BwdWideTraits<Element, kHeadDim, kShape / 100, kShape / 10 % 10, kShape % 10>;
 
@@ -46,6 +43,6 @@ using DefaultBwdTraits =
                        std::conditional_t<kHeadDim == 256, WideBwdTraits<Element, 256, HOPATTN_BWD256_SHAPE>,
                                           WideBwdTraits<Element, kHeadDim, HOPATTN_BWD192_SHAPE>>,
                        BwdTraits<Element, kHeadDim, /*kBlockM=*/kHeadDim == 64 ? HOPATTN_BWD64_BLOCK_M : 64,
-                                 /*kBlockN=*/128, /*kStages=*/kHeadDim == 64 ? HOPATTN_BWD64_STAGES : 2>>;
+                                 /*kBlockN=*/128, /*kStages=*/2>>;
 
 }  // namespace hopattn::kernels::bwd

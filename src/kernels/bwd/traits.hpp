@@ -73,11 +73,13 @@ struct BwdTraits {
   static constexpr bool kOverlapSteps = kHeadDim > 64;
 #endif
   static_assert(kBlockM % 64 == 0, "whole WGMMA M-tiles of queries per step");
+  // 128-row steps (d = 64): one WGMMA M-tile of queries per consumer warpgroup.
+  static constexpr bool kWideSteps = kBlockM == 64 * kNumConsumerWgs;
   // How the dQ GEMM is split between the two warpgroups (see the header comment).
 #ifndef HOPATTN_BWD_DQ_SPLIT_ROWS
 #define HOPATTN_BWD_DQ_SPLIT_ROWS 1
 #endif
-  static constexpr bool kDqSplitRows = HOPATTN_BWD_DQ_SPLIT_ROWS && kBlockM == 64 * kNumConsumerWgs;
+  static constexpr bool kDqSplitRows = HOPATTN_BWD_DQ_SPLIT_ROWS && kWideSteps;
   static constexpr int kDqCols = kDqSplitRows ? kHeadDim : kHeadDim / kNumConsumerWgs;  // N per warpgroup
   // dQ one step behind dS (consumer.hpp): +7..17% at d = 64 (128-row steps) unmasked from 1k
   // on an H200; at d = 128 (64-row steps, the next S^T already prefetched behind dQ) 0.94-1.08
@@ -86,7 +88,7 @@ struct BwdTraits {
 #ifdef HOPATTN_EXP_BWD_LAG_ALL
   static constexpr bool kLagDq = true;  // experiments: the lagged schedule at d96 / d128 too
 #else
-  static constexpr bool kLagDq = kBlockM == 64 * kNumConsumerWgs;
+  static constexpr bool kLagDq = kWideSteps;
 #endif
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;

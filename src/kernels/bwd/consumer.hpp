@@ -8,7 +8,8 @@
 //   wait dP^T: dS^T = P^T * (dP^T - dsum)             (softcap: times 1 - tanh^2)
 //   dK += dS^T Q_m                                   (RS)
 //   dS^T -> shared memory (stmatrix)
-//   dQ half w = dS K                                 (SS over all 128 keys; needs both halves of dS)
+//   dQ half w = dS K                                 (SS over all 128 keys; needs both halves of dS;
+//                                                     80-row steps: dQ^T = K^T dS^T, see traits.hpp)
 //   wait dV, dK: free the Q/dO stage
 //   [d > 64: issue the next step's S^T here, so that it runs under the dQ hand-off]
 //   wait dQ: store the dQ half into smem.dq and arrive on dq_full.
@@ -36,6 +37,14 @@
 
 namespace hopattn::kernels::bwd {
 
+// The dQ GEMM's operands: (dS, K^T) as (A, B) for dQ = dS K, or as (B, A) for dQ^T = K^T dS^T
+// (T::kDqTransposed). dS is (MMA, queries, keys, buf), K^T (MMA, d slice, keys).
+template <class T, class ThrMma, class TdS, class TKt>
+__device__ __forceinline__ auto dq_operands(ThrMma& dq, const TdS& sdS, const TKt& sKt) {
+  if constexpr (T::kDqTransposed) return cute::make_tuple(dq.partition_fragment_B(sdS), dq.partition_fragment_A(sKt));
+  else return cute::make_tuple(dq.partition_fragment_A(sdS), dq.partition_fragment_B(sKt));
+}
+
 // The shared-memory operands of one step as WGMMA descriptor tensors, in the order
 // (K, V, Q, dO, dO^T, Q^T, dS, K^T). With T::kRebuildDescriptorsPerStep they are built inside
 // the step loop from a base offset by `salt` (always 0, but read from the kernel parameters):
@@ -51,14 +60,23 @@ __device__ __forceinline__ auto operand_views(typename T::SharedStorage& smem, i
   auto sdp = mma_sdp.get_thread_slice(wg * 128);
   auto dkv = mma_dkv.get_thread_slice(wg * 128);
   auto dq = mma_dq.get_thread_slice(wg * 128);
+  auto dq_ops = dq_operands<T>(dq, view(smem.ds.data(), typename T::SmemLayoutdS{}),
+                               view(smem.k.data(), typename T::SmemLayoutKt{}));
   return make_tuple(sdp.partition_fragment_A(view(smem.k.data(), typename T::SmemLayoutK{})),      // (MMA, M, K)
                     sdp.partition_fragment_A(view(smem.v.data(), typename T::SmemLayoutV{})),
                     sdp.partition_fragment_B(view(smem.q.data(), typename T::SmemLayoutQ{})),      // (MMA, N, K, stage)
                     sdp.partition_fragment_B(view(smem.dout.data(), typename T::SmemLayoutdO{})),
                     dkv.partition_fragment_B(view(smem.dout.data(), typename T::SmemLayoutdOt{})),  // (MMA, d, q, stage)
                     dkv.partition_fragment_B(view(smem.q.data(), typename T::SmemLayoutQt{})),
-                    dq.partition_fragment_A(view(smem.ds.data(), typename T::SmemLayoutdS{})),     // (MMA, q, keys, buf)
-                    dq.partition_fragment_B(view(smem.k.data(), typename T::SmemLayoutKt{})));     // (MMA, d half, keys)
+                    get<0>(dq_ops),  // dS (MMA, q, keys, buf)
+                    get<1>(dq_ops));  // K^T (MMA, d slice, keys)
+}
+
+// `a` if kFirst, else `b` (two objects of different types).
+template <bool kFirst, class A, class B>
+__device__ __forceinline__ auto& pick(A& a, B& b) {
+  if constexpr (kFirst) return a;
+  else return b;
 }
 
 // One arrival per warp on a barrier that counts warps: 256 single-thread arrivals on one
@@ -129,7 +147,8 @@ struct BwdConsumer {
     // the GEMM is a second copy of the step, which made ptxas spill 280 B at d = 64).
     auto issue_prev_dq = [&](auto& tdQrdS, auto& tdQrKt, auto& tdQrdQ, const fwd::PipeState<2>& prev) {
       auto tdQrdS_buf = tdQrdS(_, _, _, prev.stage);  // an lvalue: issue_wgmma takes A by reference
-      issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
+      if constexpr (T::kDqTransposed) issue_wgmma<true, false>(mma_dq, tdQrKt, tdQrdS_buf, tdQrdQ);
+      else issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
     };
     // Once that GEMM has completed: its dS buffer is free again, dQ goes to the writer.
     auto finish_prev_dq = [&](auto& tdQrdQ, const fwd::PipeState<2>& prev, bool real) {
@@ -141,19 +160,19 @@ struct BwdConsumer {
     };
 
     for_each_key_tile(p, smem, sched, kv_pipe, mma_dkv, tid, [&](const TileWork<T>& w, int steps, auto& tdKrdK,
-                                                                 auto& tdVrdV) {
+                                                                 auto& tdVrdV) HOPATTN_LAMBDA_INLINE {
       StepCursor cur{w.m_begin, w.m_begin, w.m_end};
       fwd::PipeState<2> prev = ds_pipe;  // meaningful once a step has stored its dS
       // Whether dQ lags one step behind in this tile (see the header comment). Lagging costs a
       // wasted GEMM in the first step and an exposed one after the last: only long tiles pay.
       const bool lag = T::kLagDq && steps >= p.lag_dq_min_steps;
       auto fresh_scores = [&] { return partition_fragment_C(mma_sdp, Shape<Int<kBlockN>, Int<kBlockM>>{}); };
-      auto fresh_dq = [&] { return partition_fragment_C(mma_dq, Shape<Int<kBlockM>, Int<kHeadDim>>{}); };
+      auto fresh_dq = [&] { return partition_fragment_C(mma_dq, typename T::DqTile{}); };
       // One step; it also runs the previous step's dQ GEMM. With kPrefetch, S^T of the next
       // step is issued behind that GEMM. The last step is a separate instance so that the
       // number of GEMM batches in flight never depends on a branch (C7518: ptxas would
       // serialize every WGMMA of the kernel).
-      auto step = [&](int i, auto prefetch, auto& tSrS, auto& tSrdP, auto& tdQrdQ) {
+      auto step = [&](int i, auto prefetch, auto& tSrS, auto& tSrdP, auto& tdQrdQ) HOPATTN_LAMBDA_INLINE {
         constexpr bool kPrefetch = decltype(prefetch)::value;
         // The dQ GEMM of this step reads dq_src: the previous step's dS when dQ lags (none in
         // a tile's first step), else this step's (waiting for the other warpgroup's half now).
@@ -232,7 +251,11 @@ struct BwdConsumer {
         // in-flight S^T accumulator.
         auto tSrS = fresh_scores();
         auto tSrdP = fresh_scores();
-        auto tdQrdQ = fresh_dq();
+        auto tdQrdQ_own = fresh_dq();
+        // dQ^T (T::kDqTransposed) has dP^T's accumulator layout and is written only once dS^T
+        // has left dP^T's registers: the two share them. Kept apart, the per-tile accumulators
+        // of 80-row steps (3 x 40 + dK, dV) do not fit.
+        auto& tdQrdQ = pick<T::kDqTransposed>(tSrdP, tdQrdQ_own);
         warpgroup_fence_operand(tSrS);
         warpgroup_fence_operand(tSrdP);
         warpgroup_fence_operand(tdQrdQ);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include <cute/tensor.hpp>
 
@@ -125,6 +126,29 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   return p;
 }
 
+// Kernels that read what the previous kernel on the stream wrote start with
+// wait_for_prior_grids(); launched with programmatic stream serialization (PDL), their launch
+// and setup overlap the previous kernel's tail instead of following its completion (a few
+// microseconds per launch, which counts at short sequences). -DHOPATTN_BWD_PDL=0: plain launches.
+#ifndef HOPATTN_BWD_PDL
+#define HOPATTN_BWD_PDL 1
+#endif
+template <class... Params, class... Args>
+void launch_after_prior_grid(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                             Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = HOPATTN_BWD_PDL;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  HOPATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
 template <class T>
 void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   using Element = typename T::Element;
@@ -161,8 +185,7 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
       auto kernel = attention_bwd_kernel<T>;
       HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
       const int grid = std::min(p.num_tiles, a.num_sms);
-      kernel<<<grid, T::kNumThreads, T::kSmemBytes, stream>>>(p);
-      HOPATTN_CUDA_CHECK(cudaGetLastError());
+      launch_after_prior_grid(kernel, dim3(grid), dim3(T::kNumThreads), T::kSmemBytes, stream, p);
     }
   }
 
@@ -171,8 +194,7 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   post.dq = static_cast<Element*>(a.dq);
   post.dq_stride = a.dq_stride;
   if (num_m_blocks > 0) {
-    bwd_postprocess_kernel<T><<<row_grid, T::kNumConsumerThreads, 0, stream>>>(post);
-    HOPATTN_CUDA_CHECK(cudaGetLastError());
+    launch_after_prior_grid(bwd_postprocess_kernel<T>, row_grid, dim3(T::kNumConsumerThreads), 0, stream, post);
   }
 }
 

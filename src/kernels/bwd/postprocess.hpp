@@ -10,6 +10,7 @@
 
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/workspace.hpp"
+#include "kernels/common/device_utils.hpp"
 
 namespace hopattn::kernels::bwd {
 
@@ -17,6 +18,9 @@ template <class T>
 __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel(const __grid_constant__ BwdPostParams<typename T::Element> p) {
   using namespace cute;
   using Element = typename T::Element;
+  // Launched with PDL (launch.hpp): dq_accum is complete only once the main kernel is. Every
+  // CTA waits, even one with no rows, so that this grid never completes before that kernel.
+  wait_for_prior_grids();
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const fwd::SeqInfo si = fwd::seq_info(p, batch);
   if (m_block * T::kBlockM >= si.seqlen_q) return;
@@ -28,8 +32,7 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
 
   const int tid = threadIdx.x;
   typename T::MmaDQ mma;
-  Tensor coords = mma.get_thread_slice(tid).partition_C(
-      make_identity_tensor(Shape<Int<T::kBlockM>, Int<T::kHeadDim>>{}));
+  Tensor coords = mma.get_thread_slice(tid).partition_C(make_identity_tensor(typename T::DqTile{}));
   static_assert(decltype(size(coords))::value == T::kDqPerThread);
   Element* dq = head_rows(p.dq, p.dq_stride, varlen, si.q_offset, batch, head);
 
@@ -43,13 +46,21 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
   float4 v[T::kDqPerThread / 4];
   CUTE_UNROLL
   for (int i = 0; i < T::kDqPerThread / 4; ++i) v[i] = block[i * T::kNumConsumerThreads + tid];
-  CUTE_UNROLL
-  for (int i = 0; i < T::kDqPerThread; i += 2) {  // accumulator pairs are adjacent columns of one row
-    const float* vals = reinterpret_cast<const float*>(&v[i / 4]) + i % 4;
-    __nv_bfloat162 pair;  // any 4-byte carrier of two 16-bit values
-    reinterpret_cast<Element*>(&pair)[0] = Element(vals[0] * p.softmax_scale);
-    reinterpret_cast<Element*>(&pair)[1] = Element(vals[1] * p.softmax_scale);
-    *reinterpret_cast<__nv_bfloat162*>(&tile[get<0>(coords(i)) * kPitch + get<1>(coords(i))]) = pair;
+  if constexpr (T::kDqTransposed) {  // coordinates are (d, query): pairs are two rows of dQ
+    CUTE_UNROLL
+    for (int i = 0; i < T::kDqPerThread; ++i) {
+      const float val = reinterpret_cast<const float*>(&v[i / 4])[i % 4];
+      tile[get<1>(coords(i)) * kPitch + get<0>(coords(i))] = Element(val * p.softmax_scale);
+    }
+  } else {
+    CUTE_UNROLL
+    for (int i = 0; i < T::kDqPerThread; i += 2) {  // accumulator pairs are adjacent columns of one row
+      const float* vals = reinterpret_cast<const float*>(&v[i / 4]) + i % 4;
+      __nv_bfloat162 pair;  // any 4-byte carrier of two 16-bit values
+      reinterpret_cast<Element*>(&pair)[0] = Element(vals[0] * p.softmax_scale);
+      reinterpret_cast<Element*>(&pair)[1] = Element(vals[1] * p.softmax_scale);
+      *reinterpret_cast<__nv_bfloat162*>(&tile[get<0>(coords(i)) * kPitch + get<1>(coords(i))]) = pair;
+    }
   }
   __syncthreads();
   constexpr int kVecsPerRow = T::kHeadDim / 8;

@@ -13,6 +13,7 @@
 
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/workspace.hpp"
+#include "kernels/common/device_utils.hpp"
 
 namespace hopattn::kernels::bwd {
 
@@ -33,8 +34,10 @@ struct PreprocessShape {
 template <class Element, int kHeadDim, int kBlockM>
 __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(const __grid_constant__ BwdPreParams<Element> p) {
   using Shape = PreprocessShape<kHeadDim>;
-  static_assert(kBlockM % Shape::kRowsPerPass == 0);
-  constexpr int kPasses = kBlockM / Shape::kRowsPerPass;
+  // 80-row blocks (d = 128) end mid-pass: the last pass's rows past the block are left alone.
+  constexpr int kPasses = (kBlockM + Shape::kRowsPerPass - 1) / Shape::kRowsPerPass;
+  constexpr bool kPartialPass = kBlockM % Shape::kRowsPerPass != 0;
+  allow_dependent_launch();  // the main kernel's setup may overlap this grid (launch.hpp, PDL)
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const fwd::SeqInfo si = fwd::seq_info(p, batch);
   if (m_block * kBlockM >= si.seqlen_q) return;
@@ -52,12 +55,13 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
   uint4 o[kPasses][Shape::kVecs], d[kPasses][Shape::kVecs];
   CUTE_UNROLL
   for (int pass = 0; pass < kPasses; ++pass) {
-    const int row = m_block * kBlockM + pass * Shape::kRowsPerPass + row_in_pass;
+    const int row_in_block = pass * Shape::kRowsPerPass + row_in_pass;
+    const int row = m_block * kBlockM + row_in_block;
     CUTE_UNROLL
     for (int v = 0; v < Shape::kVecs; ++v) {
       const int col = (v * Shape::kLanes + lane_in_row) * 8;
       o[pass][v] = d[pass][v] = make_uint4(0, 0, 0, 0);
-      if (row < si.seqlen_q) {
+      if (row < si.seqlen_q && (!kPartialPass || row_in_block < kBlockM)) {
         o[pass][v] = *reinterpret_cast<const uint4*>(out + row * p.out_stride.row + col);
         d[pass][v] = *reinterpret_cast<const uint4*>(dout + row * p.dout_stride.row + col);
       }
@@ -82,7 +86,7 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
     }
     CUTE_UNROLL
     for (int off = Shape::kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffff, dot, off);
-    if (lane_in_row == 0) {
+    if (lane_in_row == 0 && (!kPartialPass || pass * Shape::kRowsPerPass + row_in_pass < kBlockM)) {
       constexpr float kLog2e = 1.4426950408889634f;
       const bool valid = row < si.seqlen_q;
       const float l = valid ? lse[row] : -INFINITY;

@@ -34,6 +34,10 @@ namespace hopattn::kernels::bwd {
 #ifndef HOPATTN_BWD64_BLOCK_M
 #define HOPATTN_BWD64_BLOCK_M 128
 #endif
+// Query rows per step of the d128 kernel (experiments: -DHOPATTN_BWD128_BLOCK_M=80).
+#ifndef HOPATTN_BWD128_BLOCK_M
+#define HOPATTN_BWD128_BLOCK_M 64
+#endif
 template <class Element, int kHeadDim, int kShape>
 using WideBwdTraits = BwdWideTraits<Element, kHeadDim, kShape / 100, kShape / 10 % 10, kShape % 10>;
 
@@ -42,7 +46,9 @@ using DefaultBwdTraits =
     std::conditional_t<(kHeadDim > 128),
                        std::conditional_t<kHeadDim == 256, WideBwdTraits<Element, 256, HOPATTN_BWD256_SHAPE>,
                                           WideBwdTraits<Element, kHeadDim, HOPATTN_BWD192_SHAPE>>,
-                       BwdTraits<Element, kHeadDim, /*kBlockM=*/kHeadDim == 64 ? HOPATTN_BWD64_BLOCK_M : 64,
+                       BwdTraits<Element, kHeadDim, /*kBlockM=*/kHeadDim == 64    ? HOPATTN_BWD64_BLOCK_M
+                                            : kHeadDim == 128 ? HOPATTN_BWD128_BLOCK_M
+                                                              : 64,
                                  /*kBlockN=*/128, /*kStages=*/2>>;
 
 }  // namespace hopattn::kernels::bwd

@@ -47,9 +47,13 @@ struct BwdTraits {
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
   // The pool setmaxnreg redistributes is what the launch allocated, 168 x 384 threads; asking
   // for more faults. 32 x 128 + 232 x 256 = 63488 fits: the consumers need 226 at d = 128, and
-  // the load and dQ-writer warps spilled at 24 (with 240 for the consumers).
-  static constexpr int kProducerRegs = 32;
-  static constexpr int kConsumerRegs = 232;
+  // the load and dQ-writer warps spilled at 24 (with 240 for the consumers). The consumers get
+  // what warpgroup 0 leaves; experiments: -DHOPATTN_BWD_PRODUCER_REGS=24 (80-row steps need 240).
+#ifndef HOPATTN_BWD_PRODUCER_REGS
+#define HOPATTN_BWD_PRODUCER_REGS 32
+#endif
+  static constexpr int kProducerRegs = HOPATTN_BWD_PRODUCER_REGS;
+  static constexpr int kConsumerRegs = (168 * 3 - kProducerRegs) / kNumConsumerWgs / 8 * 8;  // 232 (24: 240)
   static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
 
   // Measured choices (docs/perf-log.md, session 8), by the size of the dK + dV accumulators:
@@ -72,9 +76,13 @@ struct BwdTraits {
 #else
   static constexpr bool kOverlapSteps = kHeadDim > 64;
 #endif
-  static_assert(kBlockM % 64 == 0, "whole WGMMA M-tiles of queries per step");
+  static_assert(kBlockM % 16 == 0, "query rows per step: a multiple of the WGMMA K slice");
   // 128-row steps (d = 64): one WGMMA M-tile of queries per consumer warpgroup.
   static constexpr bool kWideSteps = kBlockM == 64 * kNumConsumerWgs;
+  // Steps of a row count that is no WGMMA M (80 at d = 128): dQ is computed transposed,
+  // dQ^T = K^T dS^T, with d as M (64 per warpgroup) and the step's queries as N.
+  static constexpr bool kDqTransposed = kBlockM % 64 != 0;
+  static_assert(!kDqTransposed || kHeadDim == 64 * kNumConsumerWgs, "dQ^T: one 64-row M-tile of d per warpgroup");
   // How the dQ GEMM is split between the two warpgroups (see the header comment).
 #ifndef HOPATTN_BWD_DQ_SPLIT_ROWS
 #define HOPATTN_BWD_DQ_SPLIT_ROWS 1
@@ -102,10 +110,18 @@ struct BwdTraits {
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockM>>,
                            GMMA::Major::K, GMMA::Major::MN>(),
       ConsumerAtoms{}));
-  using MmaDQ = decltype(make_tiled_mma(
-      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqCols>, Int<kBlockN>>,
-                           GMMA::Major::MN, GMMA::Major::MN>(),
-      std::conditional_t<kDqSplitRows, ConsumerAtoms, Layout<Shape<_1, Int<kNumConsumerWgs>, _1>>>{}));
+  using MmaDQ = std::conditional_t<
+      kDqTransposed,
+      decltype(make_tiled_mma(  // dQ^T = K^T dS^T: A = K^T, B = dS^T, both MN-major in smem
+          GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockM>, Int<kBlockN>>,
+                               GMMA::Major::MN, GMMA::Major::MN>(),
+          ConsumerAtoms{})),
+      decltype(make_tiled_mma(
+          GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqCols>, Int<kBlockN>>,
+                               GMMA::Major::MN, GMMA::Major::MN>(),
+          std::conditional_t<kDqSplitRows, ConsumerAtoms, Layout<Shape<_1, Int<kNumConsumerWgs>, _1>>>{}))>;
+  // The dQ accumulator's tile: (queries, d), or (d, queries) when transposed.
+  using DqTile = std::conditional_t<kDqTransposed, Shape<Int<kHeadDim>, Int<kBlockM>>, Shape<Int<kBlockM>, Int<kHeadDim>>>;
 
   using SmemAtom = decltype(fwd::k_major_smem_atom<Element, kHeadDim>());
   // K is also the MN-major B operand of the dQ GEMM: where its N = d is split between the
@@ -122,11 +138,15 @@ struct BwdTraits {
   using SmemLayoutdOt = SmemLayoutQt;
   using SmemLayoutKt = decltype(composition(
       SmemLayoutK{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
-  // dS: (queries, keys, buffer), queries contiguous (MN-major A of the dQ GEMM), double-buffered
+  // dS: (queries, keys, buffer), queries contiguous (MN-major A of the dQ GEMM, or its B when
+  // transposed), double-buffered
   // so that a warpgroup may write the next step's dS while the other still reads this one. dSt
   // is the (keys, queries, buffer) view the consumers write through.
-  using SmemLayoutdS = decltype(tile_to_shape(GMMA::Layout_MN_SW128_Atom<Element>{},
-                                              Shape<Int<kBlockM>, Int<kBlockN>, _2>{}));
+  // The widest swizzle whose atom (64, 32 or 16 queries) divides the step's rows.
+  using SmemAtomdS = std::conditional_t<
+      kBlockM % 64 == 0, GMMA::Layout_MN_SW128_Atom<Element>,
+      std::conditional_t<kBlockM % 32 == 0, GMMA::Layout_MN_SW64_Atom<Element>, GMMA::Layout_MN_SW32_Atom<Element>>>;
+  using SmemLayoutdS = decltype(tile_to_shape(SmemAtomdS{}, Shape<Int<kBlockM>, Int<kBlockN>, _2>{}));
   using SmemLayoutdSt = decltype(composition(
       SmemLayoutdS{}, make_layout(Shape<Int<kBlockN>, Int<kBlockM>, _2>{},
                                   Stride<Int<kBlockM>, _1, Int<kBlockM * kBlockN>>{})));

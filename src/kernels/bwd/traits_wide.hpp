@@ -77,6 +77,8 @@ struct BwdWideTraits {
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kHalfDim>, Int<kBlockN>>, GMMA::Major::MN,
                            GMMA::Major::MN>(),
       SplitN{}));
+  static constexpr bool kDqTransposed = false;  // as traits.hpp: dQ's tile is (queries, d)
+  using DqTile = Shape<Int<kBlockM>, Int<kHeadDim>>;
   // One warpgroup's chunk of it, the GEMM the consumers issue (B sliced per warpgroup and chunk).
   using MmaDQChunk = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kDqChunkCols>, Int<kBlockN>>, GMMA::Major::MN,

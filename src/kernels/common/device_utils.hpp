@@ -12,6 +12,17 @@ namespace hopattn::kernels {
 
 using namespace cute;
 
+// Placed after a device lambda's parameter list: NVVM otherwise may keep a large lambda (a
+// whole step loop) as a called function, and its accumulators then live in local memory.
+#define HOPATTN_LAMBDA_INLINE __attribute__((always_inline))
+
+// Programmatic dependent launch (PDL). A kernel launched with the programmatic-serialization
+// attribute may start while the kernel before it on the stream still runs; it must call
+// wait_for_prior_grids() before touching anything that kernel writes (a no-op without the
+// attribute). allow_dependent_launch() lets the next such kernel start launching early.
+CUTLASS_DEVICE void wait_for_prior_grids() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+CUTLASS_DEVICE void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
 // Named barriers 1..15 (0 is __syncthreads). Ids are assigned in each kernel's design note.
 CUTLASS_DEVICE void named_barrier_sync(int id, int num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");

@@ -37,6 +37,10 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
   // 80-row blocks (d = 128) end mid-pass: the last pass's rows past the block are left alone.
   constexpr int kPasses = (kBlockM + Shape::kRowsPerPass - 1) / Shape::kRowsPerPass;
   constexpr bool kPartialPass = kBlockM % Shape::kRowsPerPass != 0;
+  // Whether this thread's row of `pass` belongs to the block (always, unless it ends mid-pass).
+  auto in_block = [](int pass, int row_in_pass) {
+    return !kPartialPass || pass * Shape::kRowsPerPass + row_in_pass < kBlockM;
+  };
   allow_dependent_launch();  // the main kernel's setup may overlap this grid (launch.hpp, PDL)
   const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
   const fwd::SeqInfo si = fwd::seq_info(p, batch);
@@ -55,13 +59,12 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
   uint4 o[kPasses][Shape::kVecs], d[kPasses][Shape::kVecs];
   CUTE_UNROLL
   for (int pass = 0; pass < kPasses; ++pass) {
-    const int row_in_block = pass * Shape::kRowsPerPass + row_in_pass;
-    const int row = m_block * kBlockM + row_in_block;
+    const int row = m_block * kBlockM + pass * Shape::kRowsPerPass + row_in_pass;
     CUTE_UNROLL
     for (int v = 0; v < Shape::kVecs; ++v) {
       const int col = (v * Shape::kLanes + lane_in_row) * 8;
       o[pass][v] = d[pass][v] = make_uint4(0, 0, 0, 0);
-      if (row < si.seqlen_q && (!kPartialPass || row_in_block < kBlockM)) {
+      if (row < si.seqlen_q && in_block(pass, row_in_pass)) {
         o[pass][v] = *reinterpret_cast<const uint4*>(out + row * p.out_stride.row + col);
         d[pass][v] = *reinterpret_cast<const uint4*>(dout + row * p.dout_stride.row + col);
       }
@@ -86,7 +89,7 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
     }
     CUTE_UNROLL
     for (int off = Shape::kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffff, dot, off);
-    if (lane_in_row == 0 && (!kPartialPass || pass * Shape::kRowsPerPass + row_in_pass < kBlockM)) {
+    if (lane_in_row == 0 && in_block(pass, row_in_pass)) {
       constexpr float kLog2e = 1.4426950408889634f;
       const bool valid = row < si.seqlen_q;
       const float l = valid ? lse[row] : -INFINITY;

@@ -48,12 +48,8 @@ struct BwdTraits {
   // The pool setmaxnreg redistributes is what the launch allocated, 168 x 384 threads; asking
   // for more faults. 32 x 128 + 232 x 256 = 63488 fits: the consumers need 226 at d = 128, and
   // the load and dQ-writer warps spilled at 24 (with 240 for the consumers). The consumers get
-  // what warpgroup 0 leaves; experiments: -DHOPATTN_BWD_PRODUCER_REGS=24 (80-row steps need 240).
-#ifndef HOPATTN_BWD_PRODUCER_REGS
-#define HOPATTN_BWD_PRODUCER_REGS 32
-#endif
-  static constexpr int kProducerRegs = HOPATTN_BWD_PRODUCER_REGS;
-  static constexpr int kConsumerRegs = (168 * 3 - kProducerRegs) / kNumConsumerWgs / 8 * 8;  // 232 (24: 240)
+  // what warpgroup 0 leaves: 232, or 240 for 80-row steps (kDqTransposed), which at 232
+  // serialize every WGMMA. Experiments: -DHOPATTN_BWD_PRODUCER_REGS=24 or 32 overrides.
   static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
 
   // Measured choices (docs/perf-log.md, session 8), by the size of the dK + dV accumulators:
@@ -83,6 +79,12 @@ struct BwdTraits {
   // dQ^T = K^T dS^T, with d as M (64 per warpgroup) and the step's queries as N.
   static constexpr bool kDqTransposed = kBlockM % 64 != 0;
   static_assert(!kDqTransposed || kHeadDim == 64 * kNumConsumerWgs, "dQ^T: one 64-row M-tile of d per warpgroup");
+#ifdef HOPATTN_BWD_PRODUCER_REGS
+  static constexpr int kProducerRegs = HOPATTN_BWD_PRODUCER_REGS;
+#else
+  static constexpr int kProducerRegs = kDqTransposed ? 24 : 32;
+#endif
+  static constexpr int kConsumerRegs = (168 * 3 - kProducerRegs) / kNumConsumerWgs / 8 * 8;  // 232 (24: 240)
   // How the dQ GEMM is split between the two warpgroups (see the header comment).
 #ifndef HOPATTN_BWD_DQ_SPLIT_ROWS
 #define HOPATTN_BWD_DQ_SPLIT_ROWS 1
@@ -139,10 +141,9 @@ struct BwdTraits {
   using SmemLayoutKt = decltype(composition(
       SmemLayoutK{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
   // dS: (queries, keys, buffer), queries contiguous (MN-major A of the dQ GEMM, or its B when
-  // transposed), double-buffered
-  // so that a warpgroup may write the next step's dS while the other still reads this one. dSt
-  // is the (keys, queries, buffer) view the consumers write through.
-  // The widest swizzle whose atom (64, 32 or 16 queries) divides the step's rows.
+  // transposed), double-buffered so that a warpgroup may write the next step's dS while the
+  // other still reads this one. dSt is the (keys, queries, buffer) view the consumers write
+  // through. The swizzle is the widest whose atom (64, 32 or 16 queries) divides the step's rows.
   using SmemAtomdS = std::conditional_t<
       kBlockM % 64 == 0, GMMA::Layout_MN_SW128_Atom<Element>,
       std::conditional_t<kBlockM % 32 == 0, GMMA::Layout_MN_SW64_Atom<Element>, GMMA::Layout_MN_SW32_Atom<Element>>>;

@@ -143,7 +143,13 @@ __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedSt
           dq_pipe.advance();
         }
         if (!convert && !p.deterministic) continue;  // nobody counts: no wait for landing
-        if (pending.size == kLag) {
+        // Deterministic mode counts one block later, not kLag: the next key block's writer waits
+        // for the count (0.84x at d64 2k with kLag, session 18).
+        if (p.deterministic && pending.size == 1) {
+          bulk_wait_all_but(cute::Int<T::kDqChunks>{});  // the previous block has landed
+          fence_landed_adds();
+          hand_over_oldest();
+        } else if (pending.size == kLag) {
           bulk_wait_all_but(cute::Int<kLag * T::kDqChunks>{});  // the oldest pending block has landed
           fence_landed_adds();
           hand_over_oldest();

@@ -58,7 +58,6 @@ struct CliOptions {
   std::vector<std::string> kernels;        // empty: the dispatcher's choice
   std::vector<int32_t> l2_section_pairs;  // empty: sized from the L2 cache
   std::vector<int32_t> lag_dq_min_steps;  // empty: the library's rule
-  std::vector<int32_t> dq_convert;        // empty: the library's rule
   TimingOptions timing;
   uint64_t seed = 0x5eedu;
   int device = 0;
@@ -118,10 +117,6 @@ void add_options(CLI::App& app, CliOptions& o) {
   app.add_option("--lag-dq-min-steps", o.lag_dq_min_steps,
                  "Backward: time each of these dQ-lag thresholds (steps per key tile; 0: the library's rule)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 30));
-  app.add_option("--dq-convert", o.dq_convert,
-                 "Backward: time each of these dQ conversion places (0: the library's rule, 1: main kernel, "
-                 "2: postprocess)")
-      ->delimiter(',')->check(CLI::Range(0, 2));
   app.add_option("--warmup", o.timing.warmup, "Untimed launches before timing")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--reps", o.timing.reps, "Timed launches (the median is reported)")
@@ -173,20 +168,17 @@ std::vector<Case> expand_experiments(const std::vector<Case>& cases, const CliOp
   const std::vector<int32_t> sections = o.l2_section_pairs.empty() ? std::vector<int32_t>{0} : o.l2_section_pairs;
   const std::vector<int32_t> no_lag{0};
   const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? no_lag : o.lag_dq_min_steps;
-  const std::vector<int32_t>& converts = o.dq_convert.empty() ? no_lag : o.dq_convert;
   std::vector<Case> out;
   for (const Case& c : cases)
     for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
       for (int32_t s : sections)
-        for (int32_t lag : c.direction == Direction::kBwd ? lags : no_lag)
-          for (int32_t conv : c.direction == Direction::kBwd ? converts : no_lag) {
-            Case v = c;
-            v.kernel = k;
-            v.l2_section_pairs = s;
-            v.lag_dq_min_steps = lag;
-            v.dq_convert = conv;
-            out.push_back(v);
-          }
+        for (int32_t lag : c.direction == Direction::kBwd ? lags : no_lag) {
+          Case v = c;
+          v.kernel = k;
+          v.l2_section_pairs = s;
+          v.lag_dq_min_steps = lag;
+          out.push_back(v);
+        }
   return out;
 }
 

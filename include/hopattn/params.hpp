@@ -105,10 +105,6 @@ struct BwdTuning {
   // > 0: key tiles with at least this many query-block steps run dQ one step behind dS (head
   // dim 64; 1 = every tile, a huge value = none); 0: the library's rule (3).
   int32_t lag_dq_min_steps = 0;
-  // Where dQ is converted from the FP32 accumulator: 0 the library's rule (in the main kernel for
-  // masked problems of at least 1024 keys at head dims 64 and 96, 2048 at 128), 1 in the main kernel
-  // wherever the kernel can (head dims 64, 96, 128), 2 always by the postprocess kernel.
-  int32_t dq_convert = 0;
 };
 
 struct BwdParams {

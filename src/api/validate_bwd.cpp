@@ -40,10 +40,6 @@ FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev) {
   if (p.tuning.lag_dq_min_steps < 0)
     fail("tuning.lag_dq_min_steps",
          "must be >= 0 (0 = the library's rule), got " + std::to_string(p.tuning.lag_dq_min_steps));
-  if (p.tuning.dq_convert < 0 || p.tuning.dq_convert > 2)
-    fail("tuning.dq_convert",
-         "must be 0 (the library's rule), 1 (in the main kernel) or 2 (postprocess), got " +
-             std::to_string(p.tuning.dq_convert));
   return prob;
 }
 

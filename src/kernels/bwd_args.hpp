@@ -23,7 +23,6 @@ struct BwdArgs : ProblemArgs {
   bool deterministic = false;
   int32_t l2_section_pairs = 0;  // BwdTuning::l2_section_pairs
   int32_t lag_dq_min_steps = 0;  // BwdTuning::lag_dq_min_steps
-  int32_t dq_convert = 0;        // BwdTuning::dq_convert
 };
 
 }  // namespace hopattn::kernels

@@ -474,11 +474,6 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
   p.tuning.lag_dq_min_steps = -1;
   expect_invalid("tuning.lag_dq_min_steps");
   p.tuning.lag_dq_min_steps = 0;
-  p.tuning.dq_convert = 3;
-  expect_invalid("tuning.dq_convert");
-  p.tuning.dq_convert = -1;
-  expect_invalid("tuning.dq_convert");
-  p.tuning.dq_convert = 0;
   p.lse = {};
   try {
     plan_bwd(p, fake_hopper());

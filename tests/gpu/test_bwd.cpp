@@ -93,7 +93,6 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
   p.softcap = c.softcap;
   p.deterministic = c.deterministic;
   p.tuning.lag_dq_min_steps = c.lag_dq_min_steps;
-  p.tuning.dq_convert = c.dq_convert;
 
   Plan fplan, bplan;
   try {
@@ -186,31 +185,6 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.softcap = 5.f; c.window_left = 64; c.causal = true; c.seqlen_q = 600; c.seqlen_k = 600; c.head_dim = 96; c.lag_dq_min_steps = 1; });
   add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; c.lag_dq_min_steps = 1; });
   add([](BwdCase& c) { c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.head_dim = 64; c.lag_dq_min_steps = 1; });
-  // dQ converted by the main kernel's converter warp (bwd/dq_convert.hpp) rather than the
-  // postprocess: forced on shapes below the library's rule, over every option; query blocks no
-  // key block sees (their dQ zeroed by the preprocess); head dim 256 falls back to the postprocess.
-  for (DType dt : {DType::kBFloat16, DType::kFloat16})
-    for (int d : {64, 96, 128})
-      for (bool causal : {false, true})
-        add([&](BwdCase& c) { c.dtype = dt; c.head_dim = d; c.causal = causal; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.seqlen_q = 300; c.seqlen_k = 517; c.causal = true; c.head_dim = 64; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.seqlen_q = 1000; c.seqlen_k = 10; c.causal = true; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.seqlen_q = 77; c.seqlen_k = 13; c.head_dim = 96; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.seqlen_q = 1; c.seqlen_k = 1; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.seqlen_q = 600; c.seqlen_k = 600; c.window_left = 50; c.window_right = 0; c.head_dim = 64; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.softcap = 5.f; c.window_left = 64; c.window_right = 20; c.seqlen_q = 600; c.seqlen_k = 400; c.head_dim = 128; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 200; c.seqlen_k = 333; c.head_dim = 64; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.nheads = 8; c.nheads_k = 1; c.seqlen_q = 190; c.causal = true; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.row_pad = 8; c.seqlen_q = 190; c.seqlen_k = 257; c.head_dim = 96; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.varlen_q = {100, 0, 257, 1}; c.varlen_k = {64, 5, 300, 0}; c.causal = true; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.varlen_q = {300, 45}; c.varlen_k = {300, 800}; c.nheads = 8; c.nheads_k = 2; c.window_left = 50; c.head_dim = 64; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.seqlen_q = 1000; c.seqlen_k = 1000; c.causal = true; c.head_dim = 64; c.lag_dq_min_steps = 1; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 1024; c.seqlen_k = 1024; c.causal = true; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.head_dim = 64; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.head_dim = 256; c.causal = true; c.seqlen_q = 300; c.dq_convert = 1; });
-  add([](BwdCase& c) { c.seqlen_q = 2100; c.seqlen_k = 2100; c.causal = true; c.nheads = 2; c.nheads_k = 2; c.head_dim = 128; });  // the library's rule: in the main kernel
-  add([](BwdCase& c) { c.seqlen_q = 2100; c.seqlen_k = 2100; c.causal = true; c.nheads = 2; c.nheads_k = 2; c.head_dim = 128; c.dq_convert = 2; });
   // The split-head-dim kernel of d192/d256 (bwd/consumer_wide.hpp) under every option.
   add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 1; c.seqlen_k = 1; });
   add([](BwdCase& c) { c.head_dim = 256; c.nheads = 8; c.nheads_k = 1; c.seqlen_q = 190; c.causal = true; });

@@ -1,6 +1,6 @@
 // The backward main kernel: one CTA per SM (persistent), one tile = a block of keys of one KV
-// head. Warpgroup 0: warp 0 loads, warp 1 adds dQ partials, warp 2 converts finished dQ
-// blocks (d192: the postprocess kernel does); warpgroups 1..2 compute, with one of two consumer policies: d <= 128, each warpgroup owns half of the tile's keys (consumer.hpp);
+// head. Warpgroup 0: warp 0 loads, warp 1 writes dQ; warpgroups 1..2 compute, with one of two
+// consumer policies: d <= 128, each warpgroup owns half of the tile's keys (consumer.hpp);
 // d = 192, 256, both share the keys and split the head dim (consumer_wide.hpp). See
 // docs/design/bwd.md for the schedule and the meaning of each barrier.
 #pragma once
@@ -52,7 +52,6 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
         fwd::EmptyBarrier::init(&smem.ds_empty[b], T::kNumConsumerThreads / 32);  // both dQ GEMMs read it
       }
     }
-    if constexpr (T::kConvertDqInKernel) smem.dq_convert.init();
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
@@ -72,9 +71,6 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (warp == 0 && cute::elect_one_sync()) bwd_producer_loop<T>(p, smem, sched);
     else if (warp == 1 && threadIdx.x % 32 == 0) dq_writer_loop<T>(p, smem, sched);
-    else if constexpr (T::kConvertDqInKernel) {
-      if (warp == 2) dq_converter_loop<T>(p, smem.dq_convert);
-    }
   } else {
     cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int tid = int(threadIdx.x) - 128;

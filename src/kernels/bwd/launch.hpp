@@ -1,7 +1,6 @@
 // Host side of the backward pass: workspace carving, TMA descriptors, scheduler sizing, and the
-// launches (memsets of the tile counter and dQ counters, preprocess with the dq_accum clear, main
-// kernel, which also writes dQ; the postprocess only for the 80-row experiment), all on one
-// stream and graph-capturable.
+// launches (memsets of the tile counter and semaphores, preprocess with the dq_accum clear, main
+// kernel, postprocess), all on one stream and graph-capturable.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -26,7 +25,8 @@ namespace hopattn::kernels::bwd {
 
 template <class T>
 WorkspaceLayout workspace_layout(const BwdArgs& a) {
-  return WorkspaceLayout::make(a.varlen(), a.batch, a.seqlen_q, a.total_q, a.nheads, T::kHeadDim, T::kBlockM);
+  return WorkspaceLayout::make(a.varlen(), a.batch, a.seqlen_q, a.total_q, a.nheads, T::kHeadDim, T::kBlockM,
+                               a.deterministic);
 }
 
 template <class T>
@@ -42,25 +42,8 @@ inline void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLay
   c.lse_log2 = reinterpret_cast<float*>(ws + wl.lse_offset);
   c.dsum = reinterpret_cast<float*>(ws + wl.dsum_offset);
   c.dq_accum = reinterpret_cast<float*>(ws + wl.dq_accum_offset);
-  c.dq_semaphore = reinterpret_cast<int*>(ws + wl.sem_offset);
+  c.dq_semaphore = a.deterministic ? reinterpret_cast<int*>(ws + wl.sem_offset) : nullptr;
   c.softmax_scale = a.softmax_scale;
-}
-
-// Whether the main kernel converts dQ itself (dq_convert.hpp) instead of the postprocess kernel.
-// The last key block that visits a query block converts it, so only masked problems spread the
-// conversions over the CTAs (a causal mask: each key block converts the query blocks of its
-// diagonal); without a mask one key block per head converts all of them and holds up its CTA
-// (0.42-0.93x). Under a causal mask (H100, session 18, hopattn-bench --dq-convert, one process):
-// d64 and d96 +3..5% at 1k-4k keys, d128 +3..4% at 2k-4k but 0.95x at 1k; all about 1.0x at
-// 16k and 0.87-0.97x at 512 keys. BwdTuning::dq_convert overrides the rule (the tests run both
-// paths on small shapes).
-template <class T>
-bool convert_dq_in_kernel(const BwdArgs& a) {
-  if (!T::kConvertDqInKernel || a.dq_convert == 2) return false;
-  if (a.dq_convert == 1) return true;
-  // Deterministic mode keeps the postprocess: its writers wait for each other's counts, and the
-  // converter's waits measured 0.81x at causal d128 4k (session 18).
-  return !a.deterministic && a.has_window() && a.seqlen_k >= (T::kHeadDim == 128 ? 2048 : 1024);
 }
 
 template <class T>
@@ -90,15 +73,12 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   p.shape_k = mK.shape();
   p.dk = static_cast<Element*>(a.dk);
   p.dv = static_cast<Element*>(a.dv);
-  p.dq = static_cast<Element*>(a.dq);
   p.dk_stride = a.dk_stride;
   p.dv_stride = a.dv_stride;
-  p.dq_stride = a.dq_stride;
   fwd::set_score_scale(p, a);
   p.window_left = a.window_left;
   p.window_right = a.window_right;
   p.deterministic = a.deterministic;
-  p.convert_dq = convert_dq_in_kernel<T>(a);
 
   const int64_t num_n_blocks = (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN;
   const int64_t pairs = int64_t(a.nheads_k) * a.batch;
@@ -175,10 +155,11 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   const WorkspaceLayout wl = workspace_layout<T>(a);
   char* ws = static_cast<char*>(workspace);
   const bool varlen = a.varlen();
-  // The tile counter and the dQ counters start at zero; lse_log2, dsum and the dq_accum blocks
+  // The tile counter and the semaphores start at zero; lse_log2, dsum and the dq_accum blocks
   // the main kernel adds into are written by the preprocess kernel.
   HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws, 0, sizeof(int), stream));
-  HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws + wl.sem_offset, 0, wl.total - wl.sem_offset, stream));
+  if (wl.total > wl.sem_offset)
+    HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws + wl.sem_offset, 0, wl.total - wl.sem_offset, stream));
   const int num_m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   const dim3 row_grid(num_m_blocks, a.nheads, a.batch);
 
@@ -191,15 +172,8 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   pre.lse = a.lse;
   pre.lse_head_stride = a.lse_head_stride;
   pre.lse_batch_stride = a.lse_batch_stride;
-  const bool convert_dq = convert_dq_in_kernel<T>(a);
-  if (convert_dq) {  // the main kernel writes dQ where keys add into it
-    pre.dq = static_cast<Element*>(a.dq);
-    pre.dq_stride = a.dq_stride;
-    pre.window_left = a.window_left;
-    pre.window_right = a.window_right;
-  }
   if (num_m_blocks > 0) {
-    bwd_preprocess_kernel<Element, T::kHeadDim, T::kBlockM, T::kBlockN><<<row_grid, kPreprocessThreads, 0, stream>>>(pre);
+    bwd_preprocess_kernel<Element, T::kHeadDim, T::kBlockM><<<row_grid, kPreprocessThreads, 0, stream>>>(pre);
     HOPATTN_CUDA_CHECK(cudaGetLastError());
   }
 
@@ -215,14 +189,12 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
     }
   }
 
-  if (!convert_dq) {
-    BwdPostParams<Element> post{};
-    fill_common(post, a, wl, ws);
-    post.dq = static_cast<Element*>(a.dq);
-    post.dq_stride = a.dq_stride;
-    if (num_m_blocks > 0) {
-      launch_after_prior_grid(bwd_postprocess_kernel<T>, row_grid, dim3(T::kNumConsumerThreads), 0, stream, post);
-    }
+  BwdPostParams<Element> post{};
+  fill_common(post, a, wl, ws);
+  post.dq = static_cast<Element*>(a.dq);
+  post.dq_stride = a.dq_stride;
+  if (num_m_blocks > 0) {
+    launch_after_prior_grid(bwd_postprocess_kernel<T>, row_grid, dim3(T::kNumConsumerThreads), 0, stream, post);
   }
 }
 

@@ -28,26 +28,6 @@ struct KeyBlockMask {
     m_end = row_hi / kBlockM + 1;
   }
 
-  // The key blocks that visit query block m_block (m_block in their m_block_range) are
-  // [first, end): the keys its rows see form one range (each row sees a range of at least one
-  // key, and a row's range is its predecessor's moved by one key), so the blocks holding them
-  // do too. first == end: no key block visits the query block (its dQ is zero). Closed form,
-  // not a search over m_block_range: the dQ writer asks on every step.
-  struct KeyRun {
-    int first, end;
-  };
-  __host__ __device__ __forceinline__ KeyRun visiting_key_blocks(int m_block) const {
-    const int64_t shift = int64_t(seqlen_k) - seqlen_q;
-    const int64_t row_lo = int64_t(m_block) * kBlockM;
-    const int64_t row_hi = min(int64_t(seqlen_q), row_lo + kBlockM) - 1;
-    if (row_lo > row_hi || seqlen_k <= 0) return {0, 0};
-    int64_t col_lo = 0, col_hi = seqlen_k - 1;
-    if (window_left >= 0) col_lo = max(col_lo, row_lo + shift - window_left);
-    if (window_right >= 0) col_hi = min(col_hi, row_hi + shift + window_right);
-    if (col_lo > col_hi) return {0, 0};
-    return {int(col_lo / kBlockN), int(col_hi / kBlockN) + 1};
-  }
-
   __device__ __forceinline__ bool block_needs_mask(int m_block, int n_block) const {
     return fwd::WindowMask<kBlockM, kBlockN>{seqlen_q, seqlen_k, window_left, window_right}
         .block_needs_mask(m_block, n_block);

@@ -21,7 +21,7 @@ struct BwdCommonParams {
   float* lse_log2{};
   float* dsum{};
   float* dq_accum{};
-  int* dq_semaphore{};  // per query block: landed dQ adds (dq_writer.hpp), zeroed before the main kernel
+  int* dq_semaphore{};  // deterministic mode only, else null
   float softmax_scale{};
 };
 
@@ -33,8 +33,7 @@ __device__ __forceinline__ E* head_rows(E* base, const Strides3& s, bool varlen,
   return base + (varlen ? first_row * s.row : batch * s.batch) + head * s.head;
 }
 
-// Preprocess: reads O, dO and LSE, writes dsum and lse_log2; with dq set (dQ converted in the
-// main kernel), also the zero dQ of query blocks that no key block visits.
+// Preprocess: reads O, dO and LSE, writes dsum and lse_log2.
 template <class Element>
 struct BwdPreParams : BwdCommonParams {
   const Element* out{};
@@ -42,9 +41,6 @@ struct BwdPreParams : BwdCommonParams {
   Strides3 out_stride, dout_stride;
   const float* lse{};
   int64_t lse_head_stride{}, lse_batch_stride{};
-  Element* dq{};
-  Strides3 dq_stride;
-  int window_left{}, window_right{};
 };
 
 // Postprocess: dq = softmax_scale * dq_accum in the input dtype.
@@ -70,15 +66,13 @@ struct BwdKernelParams : BwdTmaParams<Traits>, BwdCommonParams {
 
   Element* dk{};
   Element* dv{};
-  Element* dq{};  // written by the converter warp when convert_dq (dq_convert.hpp)
-  Strides3 dk_stride, dv_stride, dq_stride;
+  Strides3 dk_stride, dv_stride;
 
   float scale_log2{};        // as in the forward: (softcap or softmax_scale) * log2(e)
   float softcap_prescale{};  // softmax_scale / softcap
   bool use_softcap{};
   int window_left{}, window_right{};
   bool deterministic{};
-  bool convert_dq{};  // dQ converted in this kernel (dq_convert.hpp), not by the postprocess
 
   int num_n_blocks{}, num_tiles{}, heads_per_l2_section{};
   int* tile_counter{};

@@ -2,7 +2,6 @@
 //   dsum[row]     = sum_c dO[row, c] * O[row, c]     (FP32; D of the paper)
 //   lse_log2[row] = LSE[row] * log2(e)               (so that P = exp2(S * scale_log2 - lse_log2))
 //   dq_accum block = 0                                (the main kernel's dQ writer adds into it)
-//   dQ rows = 0 if no key block visits the block     (the main kernel writes dQ of the others)
 // Rows without a visible key (forward LSE = -inf) and the padding rows of the last block get
 // lse_log2 = +inf and dsum = 0: their P is exactly 0, so the main kernel needs no row mask.
 // Zeroing dq_accum here rather than with a separate memset lets the stores overlap this kernel's
@@ -12,7 +11,6 @@
 #include <cuda_runtime.h>
 #include <cute/config.hpp>
 
-#include "kernels/bwd/mask.hpp"
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/workspace.hpp"
 #include "kernels/common/device_utils.hpp"
@@ -33,17 +31,7 @@ struct PreprocessShape {
   static_assert(kHeadDim % 16 == 0 && kVecsPerRow % kLanes == 0);
 };
 
-// dQ rows of a query block that no key block visits (the main kernel writes the others): zero.
 template <class Element, int kHeadDim, int kBlockM>
-__device__ __forceinline__ void zero_dq_rows(Element* dq, int64_t row_stride, int m_block, int seqlen_q) {
-  constexpr int kVecsPerRow = kHeadDim / 8;
-  for (int v = threadIdx.x; v < kBlockM * kVecsPerRow; v += kPreprocessThreads) {
-    const int row = m_block * kBlockM + v / kVecsPerRow;
-    if (row < seqlen_q) *reinterpret_cast<uint4*>(dq + row * row_stride + v % kVecsPerRow * 8) = make_uint4(0, 0, 0, 0);
-  }
-}
-
-template <class Element, int kHeadDim, int kBlockM, int kBlockN>
 __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(const __grid_constant__ BwdPreParams<Element> p) {
   using Shape = PreprocessShape<kHeadDim>;
   // 80-row blocks (d = 128) end mid-pass: the last pass's rows past the block are left alone.
@@ -63,13 +51,6 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
   const Element* out = head_rows(p.out, p.out_stride, varlen, si.q_offset, batch, head);
   const Element* dout = head_rows(p.dout, p.dout_stride, varlen, si.q_offset, batch, head);
   const float* lse = p.lse + (varlen ? si.q_offset : batch * p.lse_batch_stride) + head * p.lse_head_stride;
-  if (p.dq != nullptr) {
-    const KeyBlockMask<kBlockM, kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
-    const auto run = mask.visiting_key_blocks(m_block);
-    if (run.first == run.end)
-      zero_dq_rows<Element, kHeadDim, kBlockM>(head_rows(p.dq, p.dq_stride, varlen, si.q_offset, batch, head),
-                                               p.dq_stride.row, m_block, si.seqlen_q);
-  }
 
   const int lane_in_row = threadIdx.x % Shape::kLanes;
   const int row_in_pass = threadIdx.x / Shape::kLanes;

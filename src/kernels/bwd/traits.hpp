@@ -26,7 +26,6 @@
 #include <cute/arch/mma_sm90.hpp>
 #include <cutlass/numeric_types.h>
 
-#include "kernels/bwd/dq_convert.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
 #include "kernels/fwd/traits.hpp"
 
@@ -42,19 +41,15 @@ struct BwdTraits {
   static constexpr int kBlockN = kBlockN_;  // keys per CTA tile
   static constexpr int kStages = kStages_;  // depth of the Q / dO ring
 
-  // Warpgroup 0: warp 0 loads (TMA), warp 1 adds dQ partials, warp 2 converts finished dQ blocks
-  // (dq_convert.hpp). Warpgroups 1..: consumers, 64 keys each.
+  // Warpgroup 0: warp 0 loads (TMA), warp 1 writes dQ. Warpgroups 1..: consumers, 64 keys each.
   static constexpr int kNumConsumerWgs = kBlockN / 64;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
   // The pool setmaxnreg redistributes is what the launch allocated, 168 x 384 threads; asking
-  // for more faults. 40 x 128 + 232 x 256 = 64512 fills it: the consumers need 226 at d = 128;
-  // warpgroup 0 (loader, dQ writer, dQ converter) takes 40, where the kernel still reports
-  // 184-280 B of spills (in a session-18 profile of an earlier form they sat in the writer's
-  // per-block bookkeeping, executed once per step).
-  // The consumers get what warpgroup 0 leaves: 232 (as at 32), or 240 for 80-row steps
-  // (kDqTransposed, producer at 24), which at 232 serialize every WGMMA.
-  // Experiments: -DHOPATTN_BWD_PRODUCER_REGS=24, 32 or 40 overrides.
+  // for more faults. 32 x 128 + 232 x 256 = 63488 fits: the consumers need 226 at d = 128, and
+  // the load and dQ-writer warps spilled at 24 (with 240 for the consumers). The consumers get
+  // what warpgroup 0 leaves: 232, or 240 for 80-row steps (kDqTransposed), which at 232
+  // serialize every WGMMA. Experiments: -DHOPATTN_BWD_PRODUCER_REGS=24 or 32 overrides.
   static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
 
   // Measured choices (docs/perf-log.md, session 8), by the size of the dK + dV accumulators:
@@ -87,12 +82,9 @@ struct BwdTraits {
 #ifdef HOPATTN_BWD_PRODUCER_REGS
   static constexpr int kProducerRegs = HOPATTN_BWD_PRODUCER_REGS;
 #else
-  static constexpr int kProducerRegs = kDqTransposed ? 24 : 40;
+  static constexpr int kProducerRegs = kDqTransposed ? 24 : 32;
 #endif
   static constexpr int kConsumerRegs = (168 * 3 - kProducerRegs) / kNumConsumerWgs / 8 * 8;  // 232 (24: 240)
-  // dQ converted by the main kernel's converter warp (dq_convert.hpp) rather than by the
-  // postprocess kernel (which the transposed order of 80-row steps still takes).
-  static constexpr bool kConvertDqInKernel = !kDqTransposed;
   // How the dQ GEMM is split between the two warpgroups (see the header comment).
 #ifndef HOPATTN_BWD_DQ_SPLIT_ROWS
 #define HOPATTN_BWD_DQ_SPLIT_ROWS 1
@@ -192,8 +184,6 @@ struct BwdTraits {
     uint64_t dq_full, dq_empty;
     uint64_t ds_full[2], ds_empty[2];  // dS buffer b: both warpgroups stored / read it
     fwd::TileRing tiles;
-    // Landed dQ adds and the staging buffer of the converter warp (dq_convert.hpp).
-    std::conditional_t<kConvertDqInKernel, DqConvertSmem, NoDqConvertSmem> dq_convert;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");

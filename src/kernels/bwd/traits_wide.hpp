@@ -19,7 +19,6 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/arch/mma_sm90.hpp>
 
-#include "kernels/bwd/dq_convert.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
 #include "kernels/fwd/traits.hpp"
 
@@ -43,10 +42,6 @@ struct BwdWideTraits {
   static constexpr int kProducerRegs = 32;  // as traits.hpp: 32 x 128 + 232 x 256 fits the pool
   static constexpr int kConsumerRegs = 232;
 
-  // dQ converted by the postprocess kernel: d192 has no shared memory left for the converter
-  // warp's staging buffer (dq_convert.hpp), and at d256 the converter measured 5-13% slower
-  // under a causal mask (docs/perf-log.md, session 18).
-  static constexpr bool kConvertDqInKernel = false;
   static constexpr int kHalfDim = kHeadDim / 2;  // dK, dV, dQ columns per warpgroup
   // dQ per warpgroup in kDqChunks GEMMs, each handed to the writer (through one shared buffer
   // of a chunk) while the next one runs: more chunks, less shared memory.
@@ -139,8 +134,6 @@ struct BwdWideTraits {
     uint64_t q_full[kStages], do_full[kStages], qdo_empty[kStages];
     uint64_t dq_full, dq_empty;
     fwd::TileRing tiles;
-    // Landed dQ adds and the staging buffer of the converter warp (dq_convert.hpp).
-    std::conditional_t<kConvertDqInKernel, DqConvertSmem, NoDqConvertSmem> dq_convert;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");

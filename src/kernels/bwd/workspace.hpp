@@ -1,6 +1,6 @@
 // The backward pass's scratch memory, carved out of the caller's workspace:
 //
-//   tile counter | lse_log2 (H x R) | dsum (H x R) | dq_accum (H x R x d) | dq counters (H x R/Bm)
+//   tile counter | lse_log2 (H x R) | dsum (H x R) | dq_accum (H x R x d) | dq_semaphores (H x R/Bm)
 //
 // Per-row arrays use "padded rows": every (batch entry, head) owns a run of rows that starts at a
 // multiple of kBlockM, so that a query block is one contiguous, aligned chunk (a single bulk
@@ -31,7 +31,7 @@ struct WorkspaceLayout {
   static size_t align(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
   static WorkspaceLayout make(bool varlen, int batch, int seqlen_q, int total_q, int nheads, int head_dim,
-                              int block_m) {
+                              int block_m, bool deterministic) {
     WorkspaceLayout w;
     const int64_t bm = block_m;
     w.seqlen_q_rounded = (int64_t(seqlen_q) + bm - 1) / bm * bm;
@@ -42,7 +42,7 @@ struct WorkspaceLayout {
     w.dsum_offset = w.lse_offset + align(size_t(rows) * sizeof(float));
     w.dq_accum_offset = w.dsum_offset + align(size_t(rows) * sizeof(float));
     w.sem_offset = w.dq_accum_offset + align(size_t(rows) * head_dim * sizeof(float));
-    w.total = w.sem_offset + align(size_t(rows / bm) * sizeof(int));
+    w.total = w.sem_offset + (deterministic ? align(size_t(rows / bm) * sizeof(int)) : 0);
     return w;
   }
 };

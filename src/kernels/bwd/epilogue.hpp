@@ -1,9 +1,14 @@
 // Backward epilogue: a tile's dK (times softmax_scale) and dV, straight from the accumulator
-// registers to global memory in the input dtype (pairs of adjacent columns: 4-byte stores), rows
-// past seqlen_k left alone.
+// registers to global memory in the input dtype, rows past seqlen_k left alone.
+//
+// 16-byte stores after a transpose within each quad (quad_transpose, as the forward's register
+// epilogue): each thread stores whole 8-column groups of its two rows. The earlier 4-byte stores
+// (one per column pair, each with its own 64-bit address) took about 8 us per tile at d128:
+// every store's address registers were reused by the next one, which then waited for the
+// congested store pipe to read them, so the stores ran one at a time (ncu, perf-log session 19).
+// Here each row's address is computed once and the stores take immediate offsets from it.
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cute/tensor.hpp>
 
 #include "kernels/bwd/params.hpp"
@@ -12,18 +17,35 @@
 
 namespace hopattn::kernels::bwd {
 
+// acc: a WGMMA accumulator fragment of one warpgroup's rows (coords: its (row, col) tensor);
+// writes acc * scale to base[(row0 + row) * row_stride + col] for rows below row_limit. Rows
+// are 16-byte aligned (the API validates dk, dv for TMA). The shuffles run for every row, so
+// that all lanes of a quad take part; only the stores are predicated.
 template <class Element, class TAcc, class TC>
 __device__ __forceinline__ void store_acc_rows(const TAcc& acc, const TC& coords, float scale, Element* base,
                                                int64_t row_stride, int row0, int row_limit) {
   using namespace cute;
+  Tensor a_rc = make_tensor(acc.data(), acc_as_rowcol(acc.layout()));
+  Tensor c_rc = make_tensor(coords.data(), acc_as_rowcol(coords.layout()));
+  constexpr int kGroups = decltype(size<1>(a_rc))::value / 2;  // 8-column groups per row
+  static_assert(kGroups % 4 == 0, "the quad transpose takes 4 groups at a time");
+  const int t = lane_id_fresh() % 4;
   CUTE_UNROLL
-  for (int i = 0; i < size(acc); i += 2) {
-    const int row = row0 + get<0>(coords(i));
-    if (row >= row_limit) continue;
-    __nv_bfloat162 pair;  // any 4-byte carrier of two 16-bit values
-    reinterpret_cast<Element*>(&pair)[0] = Element(acc(i) * scale);
-    reinterpret_cast<Element*>(&pair)[1] = Element(acc(i + 1) * scale);
-    *reinterpret_cast<__nv_bfloat162*>(base + row * row_stride + get<1>(coords(i))) = pair;
+  for (int i = 0; i < size<0>(a_rc); ++i) {
+    const int row = row0 + get<0>(c_rc(i, 0));
+    // Column of this thread's first pair, minus its quad offset, plus group t's: the first
+    // column of group t; group g0 + t is 8 * g0 further.
+    Element* dst = base + int64_t(row) * row_stride + (get<1>(c_rc(i, 0)) - 2 * t + 8 * t);
+    const bool in_rows = row < row_limit;
+    CUTE_UNROLL
+    for (int g0 = 0; g0 < kGroups; g0 += 4) {
+      uint32_t v[4];  // v[k]: this thread's 2 columns of group g0 + k
+      CUTE_UNROLL
+      for (int k = 0; k < 4; ++k)
+        v[k] = pack_pair<Element>(a_rc(i, 2 * (g0 + k)) * scale, a_rc(i, 2 * (g0 + k) + 1) * scale);
+      const uint4 w = quad_transpose(v, t);
+      if (in_rows) *reinterpret_cast<uint4*>(dst + 8 * g0) = w;
+    }
   }
 }
 

@@ -166,33 +166,6 @@ struct Epilogue {
       }
     }
   }
-
-  // Two floats as two 16-bit values (round to nearest) in one register, the first in the low half.
-  template <class Out>
-  __device__ __forceinline__ static uint32_t pack_pair(float lo, float hi) {
-    cutlass::Array<float, 2> in;
-    in[0] = lo;
-    in[1] = hi;
-    const cutlass::Array<Out, 2> pair = cutlass::NumericArrayConverter<Out, float, 2>{}(in);
-    return reinterpret_cast<const uint32_t&>(pair);
-  }
-
-  // v[k] on quad thread s is element (s, k) of a 4x4 matrix; returns column t: (0, t) .. (3, t).
-  __device__ __forceinline__ static uint4 quad_transpose(const uint32_t (&v)[4], int t) {
-    const bool hi2 = t & 2, hi1 = t & 1;
-    // Thread t keeps columns K0 = t & 2 and K0 + 1 of its row and takes them from row t ^ 2.
-    const uint32_t m0 = hi2 ? v[2] : v[0], m1 = hi2 ? v[3] : v[1];
-    const uint32_t r0 = __shfl_xor_sync(0xffffffffu, hi2 ? v[0] : v[2], 2);  // (t ^ 2, K0)
-    const uint32_t r1 = __shfl_xor_sync(0xffffffffu, hi2 ? v[1] : v[3], 2);  // (t ^ 2, K0 + 1)
-    // Then keeps column t of rows t and t ^ 2 and takes it from rows t ^ 1 and t ^ 3.
-    const uint32_t own = hi1 ? m1 : m0, own2 = hi1 ? r1 : r0;
-    const uint32_t q1 = __shfl_xor_sync(0xffffffffu, hi1 ? m0 : m1, 1);  // (t ^ 1, t)
-    const uint32_t q3 = __shfl_xor_sync(0xffffffffu, hi1 ? r0 : r1, 1);  // (t ^ 3, t)
-    // Row s holds the value from thread s ^ t: 0 own, 1 q1, 2 own2, 3 q3.
-    const uint32_t even_lo = hi1 ? q1 : own, odd_lo = hi1 ? own : q1;
-    const uint32_t even_hi = hi1 ? q3 : own2, odd_hi = hi1 ? own2 : q3;
-    return make_uint4(hi2 ? even_hi : even_lo, hi2 ? odd_hi : odd_lo, hi2 ? even_lo : even_hi, hi2 ? odd_lo : odd_hi);
-  }
 };
 
 }  // namespace hopattn::kernels::fwd

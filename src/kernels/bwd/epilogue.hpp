@@ -3,7 +3,7 @@
 //
 // 16-byte stores after a transpose within each quad (quad_transpose, as the forward's register
 // epilogue): each thread stores whole 8-column groups of its two rows. The earlier 4-byte stores
-// (one per column pair, each with its own 64-bit address) took about 8 us per tile at d128:
+// (one per column pair, each with its own 64-bit address) took 6-8 us per tile at d128:
 // every store's address registers were reused by the next one, which then waited for the
 // congested store pipe to read them, so the stores ran one at a time (ncu, perf-log session 19).
 // Here each row's address is computed once and the stores take immediate offsets from it.

@@ -57,8 +57,9 @@ __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, t
       fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
       kv_pipe.advance();
     }
-    store_kv_grads(p, tdKrdK, tdVrdV, tdKVcdKV, w);
+    store_kv_grads(p, smem, tdKrdK, tdVrdV, tdKVcdKV, w, tid);
   }
+  if constexpr (T::kStagedGrads) cute::tma_store_wait<0>();  // the last stores have read smem.grad
 }
 
 }  // namespace hopattn::kernels::bwd

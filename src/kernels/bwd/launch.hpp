@@ -69,6 +69,15 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   p.tma_do = make_tma_copy(SM90_TMA_LOAD{}, mdO, take<0, 2>(typename T::SmemLayoutdO{}), typename T::TileQ{}, _1{});
   p.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, typename T::SmemLayoutK{}, typename T::TileKV{}, _1{});
   p.tma_v = make_tma_copy(SM90_TMA_LOAD{}, mV, typename T::SmemLayoutV{}, typename T::TileKV{}, _1{});
+  if constexpr (T::kStagedGrads) {
+    if (k_rows > 0) {  // else no tile writes dK or dV, and a tensor map cannot describe zero rows
+      auto mdK = fwd::make_gmem_view<T>(a.dk, a.dk_stride, k_rows, a.nheads_k, a.batch, varlen);
+      auto mdV = fwd::make_gmem_view<T>(a.dv, a.dv_stride, k_rows, a.nheads_k, a.batch, varlen);
+      const auto box = take<0, 2>(typename T::SmemLayoutGrad{});
+      p.tma_dk = make_tma_copy(SM90_TMA_STORE{}, mdK, box, typename T::GradTileWg{}, _1{});
+      p.tma_dv = make_tma_copy(SM90_TMA_STORE{}, mdV, box, typename T::GradTileWg{}, _1{});
+    }
+  }
   p.shape_q = mQ.shape();
   p.shape_k = mK.shape();
   p.dk = static_cast<Element*>(a.dk);

@@ -57,6 +57,7 @@ struct BwdTmaParams {
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaK tma_k;
   typename Traits::TmaV tma_v;
+  typename Traits::TmaGrad tma_dk, tma_dv;  // TMA stores of dK, dV (Traits::kStagedGrads)
 };
 
 template <class Traits>

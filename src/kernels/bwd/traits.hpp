@@ -158,6 +158,18 @@ struct BwdTraits {
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}, TileKV{}, _1{}));
   using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}, TileKV{}, _1{}));
 
+  // dK and dV leave through a shared buffer, one 64-row half per warpgroup, and a TMA store per
+  // half (epilogue.hpp), so that the consumers do not wait on the store pipe at every tile's end.
+  // -DHOPATTN_BWD_STAGED_GRADS=0: register stores only.
+#ifndef HOPATTN_BWD_STAGED_GRADS
+#define HOPATTN_BWD_STAGED_GRADS 1
+#endif
+  static constexpr bool kStagedGrads = HOPATTN_BWD_STAGED_GRADS;
+  using GradTileWg = Shape<_64, Int<kHeadDim>>;
+  using SmemLayoutGrad = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kHeadDim>(),
+                                                Shape<_64, Int<kHeadDim>, Int<kNumConsumerWgs>>{}));
+  using TmaGrad = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensor{}, take<0, 2>(SmemLayoutGrad{}), GradTileWg{}, _1{}));
+
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesRowStats = kBlockM * sizeof(float);
@@ -173,6 +185,8 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutK>> k;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>> v;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutdS>> ds;
+    // dK, then dV, of the finished tile on their way to the TMA store (kStagedGrads).
+    alignas(1024) cute::array_aligned<Element, kStagedGrads ? cute::cosize_v<SmemLayoutGrad> : 8> grad;
     // The block's dQ in the consumers' register order (see consumer.hpp), bulk-added to global
     // memory by the dQ writer.
     alignas(128) float dq[kBlockM * kHeadDim];

@@ -117,6 +117,11 @@ struct BwdWideTraits {
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesRowStats = kBlockM * sizeof(float);
   static constexpr int kDqPerThread = kBlockM * kHeadDim / kNumConsumerThreads;
+  // dK and dV from registers (no shared memory left for a staging buffer; traits.hpp).
+  static constexpr bool kStagedGrads = false;
+  using GradTileWg = TileKV;
+  using SmemLayoutGrad = SmemLayoutV;
+  using TmaGrad = TmaV;
   static_assert(kDqPerThread % (4 * kDqChunks) == 0, "dQ chunks move as float4");
 
   struct SharedStorage {

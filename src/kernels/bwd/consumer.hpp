@@ -96,8 +96,8 @@ struct BwdConsumer {
   typename T::SharedStorage& smem;
   int tid;  // 0 .. kNumConsumerThreads-1
   int wg;   // tid / 128, computed warp-uniformly by the caller
-  fwd::PipeState<T::kStages> pipe;
-  fwd::PipeState<1> kv_pipe, dq_pipe;
+  fwd::PackedPipeState<T::kStages> pipe;
+  fwd::PackedPipeState<1> kv_pipe, dq_pipe;
 
   __device__ void run(const fwd::TileScheduler& sched) {
     using namespace cute;
@@ -123,38 +123,38 @@ struct BwdConsumer {
       else return hoisted;
     };
 
-    // S^T = K Q^T of the step in `pipe.stage`, once its Q has landed.
+    // S^T = K Q^T of the step in `pipe.stage()`, once its Q has landed.
     auto issue_scores = [&](auto& tSrS, int salt) {
       auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(salt);
-      fwd::wait_full(smem.q_full[pipe.stage], pipe.phase);
-      issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage), tSrS);
+      fwd::wait_full(smem.q_full[pipe.stage()], pipe.phase());
+      issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage()), tSrS);
     };
 
-    // dS buffers: this step's dS goes to ds_pipe.stage; `prev` is the buffer of the step whose
+    // dS buffers: this step's dS goes to ds_pipe.stage(); `prev` is the buffer of the step whose
     // dQ GEMM is still to run (see the header comment: dQ lags one step behind).
-    fwd::PipeState<2> ds_pipe;
+    fwd::PackedPipeState<2> ds_pipe;
     // This warpgroup's dS^T into its half of the buffer, once both warpgroups' dQ GEMMs of two
     // steps ago have read it; published to both warpgroups' dQ GEMMs on ds_full.
     auto store_ds = [&](auto& tdSrdS) {
-      if constexpr (T::kLagDq) fwd::wait_empty(smem.ds_empty[ds_pipe.stage], ds_pipe.phase);
-      copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_pipe.stage));
+      if constexpr (T::kLagDq) fwd::wait_empty(smem.ds_empty[ds_pipe.stage()], ds_pipe.phase());
+      copy(ds_copy, tdSrdS, tdSsdS(_, _, _, ds_pipe.stage()));
       cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
-      if constexpr (T::kLagDq) warp_release(smem.ds_full[ds_pipe.stage]);
+      if constexpr (T::kLagDq) warp_release(smem.ds_full[ds_pipe.stage()]);
     };
     // dQ of the previous step = dS K over all keys: needs the other warpgroup's half of dS. A
     // tile's first step has no previous step; it runs the GEMM anyway on whatever the buffer
     // holds and drops the result, so that every step is the same code (a first step without
     // the GEMM is a second copy of the step, which made ptxas spill 280 B at d = 64).
-    auto issue_prev_dq = [&](auto& tdQrdS, auto& tdQrKt, auto& tdQrdQ, const fwd::PipeState<2>& prev) {
-      auto tdQrdS_buf = tdQrdS(_, _, _, prev.stage);  // an lvalue: issue_wgmma takes A by reference
+    auto issue_prev_dq = [&](auto& tdQrdS, auto& tdQrKt, auto& tdQrdQ, const fwd::PackedPipeState<2>& prev) {
+      auto tdQrdS_buf = tdQrdS(_, _, _, prev.stage());  // an lvalue: issue_wgmma takes A by reference
       if constexpr (T::kDqTransposed) issue_wgmma<true, false>(mma_dq, tdQrKt, tdQrdS_buf, tdQrdQ);
       else issue_wgmma<true, false>(mma_dq, tdQrdS_buf, tdQrKt, tdQrdQ);
     };
     // Once that GEMM has completed: its dS buffer is free again, dQ goes to the writer.
-    auto finish_prev_dq = [&](auto& tdQrdQ, const fwd::PipeState<2>& prev, bool real) {
+    auto finish_prev_dq = [&](auto& tdQrdQ, const fwd::PackedPipeState<2>& prev, bool real) {
       warpgroup_fence_operand(tdQrdQ);
       if (real) {
-        if constexpr (T::kLagDq) warp_release(smem.ds_empty[prev.stage]);
+        if constexpr (T::kLagDq) warp_release(smem.ds_empty[prev.stage()]);
         hand_off_dq<T>(smem, dq_pipe, tdQrdQ, tid);
       }
     };
@@ -162,7 +162,7 @@ struct BwdConsumer {
     for_each_key_tile(p, smem, sched, kv_pipe, mma_dkv, tid, [&](const TileWork<T>& w, int steps, auto& tdKrdK,
                                                                  auto& tdVrdV) HOPATTN_LAMBDA_INLINE {
       StepCursor cur{w.m_begin, w.m_begin, w.m_end};
-      fwd::PipeState<2> prev = ds_pipe;  // meaningful once a step has stored its dS
+      fwd::PackedPipeState<2> prev = ds_pipe;  // meaningful once a step has stored its dS
       // Whether dQ lags one step behind in this tile (see the header comment). Lagging costs a
       // wasted GEMM in the first step and an exposed one after the last: only long tiles pay.
       const bool lag = T::kLagDq && steps >= p.lag_dq_min_steps;
@@ -176,13 +176,13 @@ struct BwdConsumer {
         constexpr bool kPrefetch = decltype(prefetch)::value;
         // The dQ GEMM of this step reads dq_src: the previous step's dS when dQ lags (none in
         // a tile's first step), else this step's (waiting for the other warpgroup's half now).
-        const fwd::PipeState<2> dq_src = lag ? prev : ds_pipe;
+        const fwd::PackedPipeState<2> dq_src = lag ? prev : ds_pipe;
         const bool real = !lag || i > 0;
-        const int s = pipe.stage, m = cur.m;
+        const int s = pipe.stage(), m = cur.m;
         const int salt = i & p.opaque_zero;
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(salt);
         if constexpr (!kOverlapSteps) issue_scores(tSrS, salt);
-        fwd::wait_full(smem.do_full[s], pipe.phase);
+        fwd::wait_full(smem.do_full[s], pipe.phase());
         issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, s), tSrdP);
         if constexpr (!kOverlapSteps) warpgroup_wait<1>();  // else S^T completed in the previous step
         warpgroup_fence_operand(tSrS);
@@ -207,7 +207,7 @@ struct BwdConsumer {
         // Both warpgroups' halves of dq_src: the named barrier when it is this step's dS (cheaper
         // than the mbarrier, whose phases still advance), the mbarrier when it is the last step's.
         if (!lag) named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
-        else if (real) fwd::wait_full(smem.ds_full[dq_src.stage], dq_src.phase);
+        else if (real) fwd::wait_full(smem.ds_full[dq_src.stage()], dq_src.phase());
         issue_prev_dq(tdQrdS, tdQrKt, tdQrdQ, dq_src);
         // dV and dK (the last readers of this Q/dO stage) are done once only dQ is pending.
         warpgroup_wait<1>();
@@ -235,7 +235,7 @@ struct BwdConsumer {
       // The last step's dQ, before K is released.
       auto drain = [&](int i, auto& tdQrdQ) {
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVrdOt, tdKrQt, tdQrdS, tdQrKt] = views(i & p.opaque_zero);
-        fwd::wait_full(smem.ds_full[prev.stage], prev.phase);
+        fwd::wait_full(smem.ds_full[prev.stage()], prev.phase());
         issue_prev_dq(tdQrdS, tdQrKt, tdQrdQ, prev);
         warpgroup_wait<0>();
         finish_prev_dq(tdQrdQ, prev, true);

@@ -31,12 +31,10 @@ __device__ __forceinline__ auto salted_smem(E* ptr, int salt, Layout layout) {
 // block of every query head in the KV head's group); then K and V are freed and dK, dV stored.
 template <class T, class MmaDkv, class RunSteps>
 __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
-                                                  const fwd::TileScheduler& sched, fwd::PipeState<1>& kv_pipe,
+                                                  const fwd::TileScheduler& sched, fwd::PackedPipeState<1>& kv_pipe,
                                                   MmaDkv& mma_dkv, int tid, RunSteps&& run_steps) {
   using namespace cute;
   constexpr int kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
-  Tensor tdKVcdKV =  // accumulator coordinates depend on the thread
-      mma_dkv.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   fwd::TileRingState ring;
   for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
        tile = fwd::receive_tile(smem.tiles, ring)) {
@@ -52,12 +50,12 @@ __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, t
     warpgroup_fence_operand(tdVrdV);
     warpgroup_fence_operand(tdKrdK);
     if (!w.empty()) {
-      fwd::wait_full(smem.kv_full, kv_pipe.phase);
+      fwd::wait_full(smem.kv_full, kv_pipe.phase());
       run_steps(w, p.head_group * (w.m_end - w.m_begin), tdKrdK, tdVrdV);
       fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
       kv_pipe.advance();
     }
-    store_kv_grads(p, smem, tdKrdK, tdVrdV, tdKVcdKV, w, tid);
+    store_kv_grads(p, smem, tdKrdK, tdVrdV, mma_dkv, w, tid);
   }
   if constexpr (T::kStagedGrads) cute::tma_store_wait<0>();  // the last stores have read smem.grad
 }

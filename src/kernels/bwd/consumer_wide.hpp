@@ -78,8 +78,8 @@ struct BwdWideConsumer {
   typename T::SharedStorage& smem;
   int tid;  // 0 .. kNumConsumerThreads-1
   int wg;   // tid / 128, computed warp-uniformly by the caller
-  fwd::PipeState<T::kStages> pipe;
-  fwd::PipeState<1> kv_pipe, dq_pipe;
+  fwd::PackedPipeState<T::kStages> pipe;
+  fwd::PackedPipeState<1> kv_pipe, dq_pipe;
 
   __device__ void run(const fwd::TileScheduler& sched) {
     using namespace cute;
@@ -110,14 +110,14 @@ struct BwdWideConsumer {
       warpgroup_fence_operand(tSrdP);
       warpgroup_fence_operand(tdQrdQ);
       StepCursor cur{w.m_begin, w.m_begin, w.m_end};
-      // S^T and dP^T of the step in pipe.stage, once its Q and dO have landed.
+      // S^T and dP^T of the step in pipe.stage(), once its Q and dO have landed.
       auto issue_scores = [&](int salt) {
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
             wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
-        fwd::wait_full(smem.q_full[pipe.stage], pipe.phase);
-        issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage), tSrS);
-        fwd::wait_full(smem.do_full[pipe.stage], pipe.phase);
-        issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, pipe.stage), tSrdP);
+        fwd::wait_full(smem.q_full[pipe.stage()], pipe.phase());
+        issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage()), tSrS);
+        fwd::wait_full(smem.do_full[pipe.stage()], pipe.phase());
+        issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, pipe.stage()), tSrdP);
       };
       // One step. With kPrefetch, the next step's S^T and dP^T are issued before the last dQ
       // chunk is handed off, so that the tensor cores run through the hand-off; they are
@@ -126,7 +126,7 @@ struct BwdWideConsumer {
       // of GEMM batches in flight never depends on a branch (C7518).
       auto step = [&](int i, auto prefetch) {
         constexpr bool kPrefetch = decltype(prefetch)::value;
-        const int s = pipe.stage, m = cur.m;
+        const int s = pipe.stage(), m = cur.m;
         const int salt = i & p.opaque_zero;
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
             wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);

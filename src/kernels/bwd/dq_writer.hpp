@@ -73,12 +73,12 @@ __host__ __device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::
 // elements [c * size, (c + 1) * size) of the whole block's fragment, i.e. a contiguous range of
 // float4 slots: the layout in dq_accum is the same whatever the chunking.
 template <class T, class TQ>
-__device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd::PipeState<1>& dq_pipe,
+__device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd::PackedPipeState<1>& dq_pipe,
                                             const TQ& tdQrdQ, int tid) {
   using namespace cute;
   static_assert(decltype(size(tdQrdQ))::value == T::kDqPerThread / T::kDqChunks);
   float4* buf = reinterpret_cast<float4*>(smem.dq);
-  fwd::wait_empty(smem.dq_empty, dq_pipe.phase);
+  fwd::wait_empty(smem.dq_empty, dq_pipe.phase());
   dq_pipe.advance();
   CUTE_UNROLL
   for (int i = 0; i < size(tdQrdQ); i += 4)
@@ -92,7 +92,7 @@ __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedSt
                                const fwd::TileScheduler& sched) {
   constexpr int kChunkFloats = T::kBlockM * T::kHeadDim / T::kDqChunks;
   constexpr uint32_t kChunkBytes = kChunkFloats * sizeof(float);
-  fwd::PipeState<1> dq_pipe;
+  fwd::PackedPipeState<1> dq_pipe;
   fwd::TileRingState ring;
   for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
        tile = fwd::receive_tile(smem.tiles, ring)) {
@@ -113,7 +113,7 @@ __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedSt
           while (load_acquire(sem) != turn) __nanosleep(32);
         }
         for (int c = 0; c < T::kDqChunks; ++c) {
-          fwd::wait_full(smem.dq_full, dq_pipe.phase);
+          fwd::wait_full(smem.dq_full, dq_pipe.phase());
           bulk_reduce_add_f32(p.dq_accum + row * T::kHeadDim + c * kChunkFloats, smem.dq, kChunkBytes);
           if (c == 0 && pending != nullptr) {
             bulk_wait_all_but_newest();  // every chunk of the previous block has landed

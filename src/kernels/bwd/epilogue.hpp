@@ -88,9 +88,9 @@ __device__ __forceinline__ void store_rows_staged(const BwdKernelParams<T>& p, t
 // dK (times softmax_scale) and dV of a finished tile. Staged through shared memory and TMA
 // (T::kStagedGrads) unless the warpgroup's 64 rows would cross into the next varlen sequence
 // (TMA clips rows only at the tensor's end); otherwise from the registers.
-template <class T, class TAcc, class TC>
+template <class T, class TAcc, class MmaDkv>
 __device__ __forceinline__ void store_kv_grads(const BwdKernelParams<T>& p, typename T::SharedStorage& smem, TAcc& dk,
-                                               TAcc& dv, const TC& coords, const TileWork<T>& w, int tid) {
+                                               TAcc& dv, const MmaDkv& mma_dkv, const TileWork<T>& w, int tid) {
   if constexpr (T::kStagedGrads) {
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform
     const int wg_row0 = w.n_block * T::kBlockN + wg * 64;
@@ -106,6 +106,10 @@ __device__ __forceinline__ void store_kv_grads(const BwdKernelParams<T>& p, type
   typename T::Element* dk_base = head_rows(p.dk, p.dk_stride, varlen, k0, w.batch, w.kv_head);
   typename T::Element* dv_base = head_rows(p.dv, p.dv_stride, varlen, k0, w.batch, w.kv_head);
   const int row0 = w.n_block * T::kBlockN;
+  // The accumulators' (row, col) coordinates, built here in the fallback rather than held
+  // through every tile's steps, where registers are short.
+  const auto coords = mma_dkv.get_thread_slice(tid).partition_C(
+      cute::make_identity_tensor(cute::Shape<cute::Int<T::kBlockN>, cute::Int<T::kHeadDim>>{}));
   store_acc_rows(dk, coords, p.softmax_scale, dk_base, p.dk_stride.row, row0, w.si.seqlen_k);
   store_acc_rows(dv, coords, 1.f, dv_base, p.dv_stride.row, row0, w.si.seqlen_k);
 }

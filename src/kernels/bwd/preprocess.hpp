@@ -82,10 +82,16 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
     float dot = 0.f;
     CUTE_UNROLL
     for (int v = 0; v < Shape::kVecs; ++v) {
-      const Element* oe = reinterpret_cast<const Element*>(&o[pass][v]);
-      const Element* de = reinterpret_cast<const Element*>(&d[pass][v]);
+      // Pairwise from the words (indexing the vectors as Element arrays made ptxas spill 48 B at
+      // fp16 d64).
+      const uint32_t ow[4] = {o[pass][v].x, o[pass][v].y, o[pass][v].z, o[pass][v].w};
+      const uint32_t dw[4] = {d[pass][v].x, d[pass][v].y, d[pass][v].z, d[pass][v].w};
       CUTE_UNROLL
-      for (int e = 0; e < 8; ++e) dot += float(oe[e]) * float(de[e]);
+      for (int e = 0; e < 4; ++e) {
+        const auto of = unpack_pair<Element>(ow[e]), df = unpack_pair<Element>(dw[e]);
+        dot += of[0] * df[0];
+        dot += of[1] * df[1];
+      }
     }
     CUTE_UNROLL
     for (int off = Shape::kLanes / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffff, dot, off);

@@ -46,10 +46,11 @@ struct BwdTraits {
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
   // The pool setmaxnreg redistributes is what the launch allocated, 168 x 384 threads; asking
-  // for more faults. 32 x 128 + 232 x 256 = 63488 fits: the consumers need 226 at d = 128, and
-  // the load and dQ-writer warps spilled at 24 (with 240 for the consumers). The consumers get
-  // what warpgroup 0 leaves: 232, or 240 for 80-row steps (kDqTransposed), which at 232
-  // serialize every WGMMA. Experiments: -DHOPATTN_BWD_PRODUCER_REGS=24 or 32 overrides.
+  // for more faults. 40 x 128 + 232 x 256 = 64512 fits exactly: the consumers need 226 at
+  // d = 128, and the dQ writer's loop state spilled at 32 (24 B) and 24. The consumers get what
+  // warpgroup 0 leaves, rounded down to a multiple of 8: 232 (the same with 32 or 40 for
+  // warpgroup 0), or 240 for 80-row steps (kDqTransposed), which at 232 serialize every WGMMA.
+  // Experiments: -DHOPATTN_BWD_PRODUCER_REGS=24, 32 or 40 overrides.
   static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
 
   // Measured choices (docs/perf-log.md, session 8), by the size of the dK + dV accumulators:
@@ -82,9 +83,10 @@ struct BwdTraits {
 #ifdef HOPATTN_BWD_PRODUCER_REGS
   static constexpr int kProducerRegs = HOPATTN_BWD_PRODUCER_REGS;
 #else
-  static constexpr int kProducerRegs = kDqTransposed ? 24 : 32;
+  static constexpr int kProducerRegs = kDqTransposed ? 24 : 40;
 #endif
   static constexpr int kConsumerRegs = (168 * 3 - kProducerRegs) / kNumConsumerWgs / 8 * 8;  // 232 (24: 240)
+  static_assert(kProducerRegs * 128 + kConsumerRegs * kNumConsumerThreads <= 168 * kNumThreads);
   // How the dQ GEMM is split between the two warpgroups (see the header comment).
 #ifndef HOPATTN_BWD_DQ_SPLIT_ROWS
 #define HOPATTN_BWD_DQ_SPLIT_ROWS 1

@@ -39,7 +39,7 @@ struct BwdWideTraits {
   static constexpr int kNumConsumerWgs = 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
-  static constexpr int kProducerRegs = 32;  // as traits.hpp: 32 x 128 + 232 x 256 fits the pool
+  static constexpr int kProducerRegs = 40;  // as traits.hpp: 40 x 128 + 232 x 256 fits the pool
   static constexpr int kConsumerRegs = 232;
 
   static constexpr int kHalfDim = kHeadDim / 2;  // dK, dV, dQ columns per warpgroup

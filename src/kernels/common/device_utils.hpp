@@ -90,6 +90,12 @@ CUTLASS_DEVICE uint32_t pack_pair(float lo, float hi) {
   return reinterpret_cast<const uint32_t&>(pair);
 }
 
+// The reverse: two 16-bit values packed in a word, as floats (lo, hi).
+template <class In>
+CUTLASS_DEVICE cutlass::Array<float, 2> unpack_pair(uint32_t word) {
+  return cutlass::NumericArrayConverter<float, In, 2>{}(reinterpret_cast<const cutlass::Array<In, 2>&>(word));
+}
+
 // The four threads of a quad share an accumulator row and hold 2 adjacent columns of each
 // 8-column group. v[k] on quad thread s is element (s, k) of a 4x4 matrix of such column pairs
 // (group k of four); returns column t, (0, t) .. (3, t): all 8 columns of group t, ready for one

@@ -23,6 +23,17 @@ struct PipeState {
   }
 };
 
+// The same ring position in one register: count = lap parity * kStages + stage. For loops that
+// are short of registers (the backward consumers, where two-field states spilled at d128).
+template <int kStages>
+struct PackedPipeState {
+  static_assert((kStages & (kStages - 1)) == 0, "stage and phase are bit fields of the counter");
+  uint32_t count = 0;
+  __device__ __forceinline__ int stage() const { return int(count % kStages); }
+  __device__ __forceinline__ uint32_t phase() const { return count / kStages; }
+  __device__ __forceinline__ void advance() { count = (count + 1) % (2 * kStages); }
+};
+
 __device__ __forceinline__ void wait_full(uint64_t& bar, uint32_t phase) { FullBarrier::wait(&bar, phase); }
 __device__ __forceinline__ void wait_empty(uint64_t& bar, uint32_t phase) { EmptyBarrier::wait(&bar, phase ^ 1); }
 __device__ __forceinline__ void release(uint64_t& bar) { EmptyBarrier::arrive(&bar); }

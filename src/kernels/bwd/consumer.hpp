@@ -216,7 +216,15 @@ struct BwdConsumer {
         fwd::release(smem.qdo_empty[s]);
         pipe.advance();
         cur.advance();
-        if constexpr (kPrefetch) {
+        if constexpr (kPrefetch && T::kDqStoresFirst && !T::kLagDq) {
+          // Experiment (traits.hpp): dQ's stores leave before S^T's operand reads, its fence after.
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tdQrdQ);
+          stage_dq<T>(smem, dq_pipe, tdQrdQ, tid);
+          issue_scores(tSrS, salt);
+          publish_dq<T>(smem);
+          warpgroup_wait<0>();
+        } else if constexpr (kPrefetch) {
           // The next S^T queues behind dQ: the tensor cores stay busy through the dQ hand-off.
           // Live here: dK, dV, dQ and S^T (192 registers at d = 128). It is waited for before
           // the loop turns: an accumulator in flight across the back edge makes ptxas

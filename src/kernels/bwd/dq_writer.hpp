@@ -73,8 +73,8 @@ __host__ __device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::
 // elements [c * size, (c + 1) * size) of the whole block's fragment, i.e. a contiguous range of
 // float4 slots: the layout in dq_accum is the same whatever the chunking.
 template <class T, class TQ>
-__device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd::PackedPipeState<1>& dq_pipe,
-                                            const TQ& tdQrdQ, int tid) {
+__device__ __forceinline__ void stage_dq(typename T::SharedStorage& smem, fwd::PackedPipeState<1>& dq_pipe,
+                                         const TQ& tdQrdQ, int tid) {
   using namespace cute;
   static_assert(decltype(size(tdQrdQ))::value == T::kDqPerThread / T::kDqChunks);
   float4* buf = reinterpret_cast<float4*>(smem.dq);
@@ -83,8 +83,20 @@ __device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd
   CUTE_UNROLL
   for (int i = 0; i < size(tdQrdQ); i += 4)
     buf[(i / 4) * T::kNumConsumerThreads + tid] = make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
+}
+
+// The staged chunk, handed to the writer once this thread's stores are visible to it.
+template <class T>
+__device__ __forceinline__ void publish_dq(typename T::SharedStorage& smem) {
   cutlass::arch::fence_view_async_shared();  // the writer's bulk copy reads through the async proxy
   fwd::release(smem.dq_full);
+}
+
+template <class T, class TQ>
+__device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd::PackedPipeState<1>& dq_pipe,
+                                            const TQ& tdQrdQ, int tid) {
+  stage_dq<T>(smem, dq_pipe, tdQrdQ, tid);
+  publish_dq<T>(smem);
 }
 
 template <class T>

@@ -17,6 +17,7 @@ namespace hopattn::kernels::bwd {
 constexpr int kDsReadyBarrier = 1;  // both warpgroups' dS (and, d > 128, P^T) of this step are stored
 constexpr int kPdsFreeBarrier = 2;  // d > 128 with one P/dS buffer: both warpgroups' GEMMs of the last step are done
 constexpr int kStaggerBarrier = 3;  // experiment: warpgroup 1 starts a tile after warpgroup 0's first exp
+// 4 + w: warpgroup w's staged dK/dV (kGradBarrierBase, epilogue.hpp).
 
 // A shared-memory tile whose base is offset by `salt`: always 0, but read from the kernel
 // parameters, so that ptxas cannot hoist the descriptors built from it out of the step loop

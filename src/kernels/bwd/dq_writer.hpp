@@ -116,7 +116,7 @@ __device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedSt
     int* pending = nullptr;
     for (int g = 0; g < p.head_group; ++g) {
       const int64_t stats_head = (w.kv_head * p.head_group + g) * p.rows_per_head + w.stats_row0;
-#pragma unroll 1  // at 32 registers, an unrolled copy of this loop spills
+#pragma unroll 1  // in warpgroup 0's few registers, an unrolled copy of this loop spills
       for (int m = w.m_begin; m < w.m_end; ++m) {
         const int64_t row = stats_head + m * T::kBlockM;
         int* sem = p.deterministic ? p.dq_semaphore + row / T::kBlockM : nullptr;

@@ -1,5 +1,7 @@
-// Backward epilogue: a tile's dK (times softmax_scale) and dV, straight from the accumulator
-// registers to global memory in the input dtype, rows past seqlen_k left alone.
+// Backward epilogue: a tile's dK (times softmax_scale) and dV in the input dtype, rows past
+// seqlen_k left alone. Staged (d <= 128, T::kStagedGrads): each warpgroup's 64 rows through
+// smem.grad and a TMA store (store_rows_staged). Otherwise, and for rows a TMA box would carry
+// past their sequence, straight from the accumulator registers (store_acc_rows):
 //
 // 16-byte stores after a transpose within each quad (quad_transpose, as the forward's register
 // epilogue): each thread stores whole 8-column groups of its two rows. The earlier 4-byte stores

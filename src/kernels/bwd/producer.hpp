@@ -68,7 +68,7 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
       auto q_views = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
       auto do_views = tma_partition(p.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
       const int64_t stats_head = head * p.rows_per_head + w.stats_row0;
-      // Not unrolled: at 32 registers, an unrolled copy of this loop spills.
+      // Not unrolled: in warpgroup 0's few registers, an unrolled copy of this loop spills.
 #pragma unroll 1
       for (int m = w.m_begin; m < w.m_end; ++m) {
         const int s = pipe.stage;

@@ -175,7 +175,8 @@ struct BwdTraits {
 #ifndef HOPATTN_BWD_STAGED_GRADS
 #define HOPATTN_BWD_STAGED_GRADS 1
 #endif
-  static constexpr bool kStagedGrads = HOPATTN_BWD_STAGED_GRADS;
+  // Not with 80-row steps (kDqTransposed): their 40 KB Q, dO, dS and dQ leave no room.
+  static constexpr bool kStagedGrads = HOPATTN_BWD_STAGED_GRADS && !kDqTransposed;
   using GradTileWg = Shape<_64, Int<kHeadDim>>;
   using SmemLayoutGrad = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kHeadDim>(),
                                                 Shape<_64, Int<kHeadDim>, Int<kNumConsumerWgs>>{}));

@@ -27,7 +27,6 @@ struct PipeState {
 // are short of registers (the backward consumers, where two-field states spilled at d128).
 template <int kStages>
 struct PackedPipeState {
-  static_assert((kStages & (kStages - 1)) == 0, "stage and phase are bit fields of the counter");
   uint32_t count = 0;
   __device__ __forceinline__ int stage() const { return int(count % kStages); }
   __device__ __forceinline__ uint32_t phase() const { return count / kStages; }

@@ -115,6 +115,8 @@ struct BwdParams {
 
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;
+  // As in FwdParams. Rows of dq past seqused_q and of dk, dv past seqused_k are not written
+  // (their gradient is zero: the PyTorch op allocates those tensors zeroed).
   const int32_t* seqused_q = nullptr;
   const int32_t* seqused_k = nullptr;
   int32_t batch_varlen = 0;

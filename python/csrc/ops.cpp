@@ -380,10 +380,15 @@ std::tuple<Tensor, Tensor, Tensor> bwd(
   p.softcap = static_cast<float>(softcap);
   p.deterministic = deterministic;
 
-  // Gradients have the shapes and dtypes of their inputs, in contiguous memory.
-  const Tensor dq = at::empty(q.sizes(), q.options());
-  const Tensor dk = at::empty(k.sizes(), k.options());
-  const Tensor dv = at::empty(v.sizes(), v.options());
+  // Gradients have the shapes and dtypes of their inputs, in contiguous memory. The kernels never
+  // touch rows past seqused_q (dq) or seqused_k (dk, dv); their gradient is zero, and it must be
+  // written here: a padded batch's garbage rows would flow on into the weight gradients (x^T dK).
+  const auto grad_like = [](const Tensor& x, bool zero) {
+    return zero ? at::zeros(x.sizes(), x.options()) : at::empty(x.sizes(), x.options());
+  };
+  const Tensor dq = grad_like(q, seqused_q.has_value());
+  const Tensor dk = grad_like(k, seqused_k.has_value());
+  const Tensor dv = grad_like(v, seqused_k.has_value());
   p.dq = to_view(dq, "dq", device);
   p.dk = to_view(dk, "dk", device);
   p.dv = to_view(dv, "dv", device);

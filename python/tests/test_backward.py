@@ -135,6 +135,47 @@ def test_varlen(causal):
         assert_within_rule(g, torch.cat(refs[name]), torch.cat(lowps[name]), name=name)
 
 
+
+def test_varlen_seqused():
+    # seqused_q / seqused_k cut each sequence's rows / keys; the rows past them get zero gradients
+    # (the kernels never touch them: the op allocates those gradients zeroed).
+    torch.manual_seed(12)
+    lens = [64, 100, 30]
+    used_q, used_k = [50, 100, 1], [64, 20, 30]
+    qs = [torch.randn(n, 4, 128, dtype=torch.bfloat16, device=DEV) for n in lens]
+    ks = [torch.randn(n, 2, 128, dtype=torch.bfloat16, device=DEV) for n in lens]
+    vs = [torch.randn(n, 2, 128, dtype=torch.bfloat16, device=DEV) for n in lens]
+    cu = torch.tensor([0, 64, 164, 194], dtype=torch.int32, device=DEV)
+    sq = torch.tensor(used_q, dtype=torch.int32, device=DEV)
+    sk = torch.tensor(used_k, dtype=torch.int32, device=DEV)
+    q, k, v = (torch.cat(t).requires_grad_() for t in (qs, ks, vs))
+    out = call_or_skip(flash_attn_varlen_func, q, k, v, cu, cu, max(lens), max(lens),
+                       seqused_q=sq, seqused_k=sk, causal=True)
+    dout = torch.randn_like(out)
+    dq, dk, dv = call_or_skip(torch.autograd.grad, out, (q, k, v), dout)
+    got = {n: [] for n in ("dq", "dk", "dv")}
+    refs = {n: [] for n in ("dq", "dk", "dv")}
+    lowps = {n: [] for n in ("dq", "dk", "dv")}
+    for i in range(3):
+        start = int(cu[i])
+        rq = slice(start, start + used_q[i])
+        rk = slice(start, start + used_k[i])
+        args = (q[rq][None], k[rk][None], v[rk][None], dout[rq][None])
+        for store, upcast in ((refs, True), (lowps, False)):
+            _, a, b, c = ref_grads(*args, upcast, causal=True)
+            store["dq"].append(a[0])
+            store["dk"].append(b[0])
+            store["dv"].append(c[0])
+        got["dq"].append(dq[rq])
+        got["dk"].append(dk[rk])
+        got["dv"].append(dv[rk])
+        end = start + lens[i]
+        assert torch.count_nonzero(dq[start + used_q[i]:end]) == 0, f"dq rows past seqused_q[{i}]"
+        assert torch.count_nonzero(dk[start + used_k[i]:end]) == 0, f"dk rows past seqused_k[{i}]"
+        assert torch.count_nonzero(dv[start + used_k[i]:end]) == 0, f"dv rows past seqused_k[{i}]"
+    for name in ("dq", "dk", "dv"):
+        assert_within_rule(torch.cat(got[name]), torch.cat(refs[name]), torch.cat(lowps[name]), name=name)
+
 def test_no_backward_for_fp8():
     q = torch.randn(1, 64, 2, 128, device=DEV).to(torch.float8_e4m3fn)
     # e4m3 tensors cannot require grad; the forward simply runs without a graph.

@@ -24,6 +24,22 @@ def ref_grads(q, k, v, dout, upcast, **opts):
     return out, dq, dk, dv
 
 
+def per_sequence_refs(q, k, v, dout, rows_q, rows_k, **opts):
+    """Reference gradients (float64, and in the input dtype) of each sequence, given as row
+    slices of the packed tensors; concatenated over the sequences."""
+    refs = {n: [] for n in ("dq", "dk", "dv")}
+    lowps = {n: [] for n in ("dq", "dk", "dv")}
+    for rq, rk in zip(rows_q, rows_k):
+        args = (q[rq][None], k[rk][None], v[rk][None], dout[rq][None])
+        for store, upcast in ((refs, True), (lowps, False)):
+            _, a, b, c = ref_grads(*args, upcast, **opts)
+            store["dq"].append(a[0])
+            store["dk"].append(b[0])
+            store["dv"].append(c[0])
+    cat = lambda d: {n: torch.cat(t) for n, t in d.items()}
+    return cat(refs), cat(lowps)
+
+
 def check_grads(q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, deterministic=False):
     out = call_or_skip(flash_attn_func, q, k, v, causal=causal, window_size=window,
                        softcap=softcap, deterministic=deterministic)
@@ -120,19 +136,11 @@ def test_varlen(causal):
                        causal=causal)
     dout = torch.randn_like(out)
     dq, dk, dv = call_or_skip(torch.autograd.grad, out, (q, k, v), dout)
-    refs = {n: [] for n in ("dq", "dk", "dv")}
-    lowps = {n: [] for n in ("dq", "dk", "dv")}
-    for i in range(3):
-        sq = slice(int(cu_q[i]), int(cu_q[i + 1]))
-        sk = slice(int(cu_k[i]), int(cu_k[i + 1]))
-        args = (q[sq][None], k[sk][None], v[sk][None], dout[sq][None])
-        for store, upcast in ((refs, True), (lowps, False)):
-            _, a, b, c = ref_grads(*args, upcast, causal=causal)
-            store["dq"].append(a[0])
-            store["dk"].append(b[0])
-            store["dv"].append(c[0])
+    rows_q = [slice(int(cu_q[i]), int(cu_q[i + 1])) for i in range(3)]
+    rows_k = [slice(int(cu_k[i]), int(cu_k[i + 1])) for i in range(3)]
+    refs, lowps = per_sequence_refs(q, k, v, dout, rows_q, rows_k, causal=causal)
     for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
-        assert_within_rule(g, torch.cat(refs[name]), torch.cat(lowps[name]), name=name)
+        assert_within_rule(g, refs[name], lowps[name], name=name)
 
 
 
@@ -153,28 +161,19 @@ def test_varlen_seqused():
                        seqused_q=sq, seqused_k=sk, causal=True)
     dout = torch.randn_like(out)
     dq, dk, dv = call_or_skip(torch.autograd.grad, out, (q, k, v), dout)
-    got = {n: [] for n in ("dq", "dk", "dv")}
-    refs = {n: [] for n in ("dq", "dk", "dv")}
-    lowps = {n: [] for n in ("dq", "dk", "dv")}
+    rows_q = [slice(int(cu[i]), int(cu[i]) + used_q[i]) for i in range(3)]
+    rows_k = [slice(int(cu[i]), int(cu[i]) + used_k[i]) for i in range(3)]
+    refs, lowps = per_sequence_refs(q, k, v, dout, rows_q, rows_k, causal=True)
+    got = {"dq": torch.cat([dq[r] for r in rows_q]), "dk": torch.cat([dk[r] for r in rows_k]),
+           "dv": torch.cat([dv[r] for r in rows_k])}
     for i in range(3):
-        start = int(cu[i])
-        rq = slice(start, start + used_q[i])
-        rk = slice(start, start + used_k[i])
-        args = (q[rq][None], k[rk][None], v[rk][None], dout[rq][None])
-        for store, upcast in ((refs, True), (lowps, False)):
-            _, a, b, c = ref_grads(*args, upcast, causal=True)
-            store["dq"].append(a[0])
-            store["dk"].append(b[0])
-            store["dv"].append(c[0])
-        got["dq"].append(dq[rq])
-        got["dk"].append(dk[rk])
-        got["dv"].append(dv[rk])
-        end = start + lens[i]
+        start, end = int(cu[i]), int(cu[i]) + lens[i]
         assert torch.count_nonzero(dq[start + used_q[i]:end]) == 0, f"dq rows past seqused_q[{i}]"
         assert torch.count_nonzero(dk[start + used_k[i]:end]) == 0, f"dk rows past seqused_k[{i}]"
         assert torch.count_nonzero(dv[start + used_k[i]:end]) == 0, f"dv rows past seqused_k[{i}]"
     for name in ("dq", "dk", "dv"):
-        assert_within_rule(torch.cat(got[name]), torch.cat(refs[name]), torch.cat(lowps[name]), name=name)
+        assert_within_rule(got[name], refs[name], lowps[name], name=name)
+
 
 def test_no_backward_for_fp8():
     q = torch.randn(1, 64, 2, 128, device=DEV).to(torch.float8_e4m3fn)

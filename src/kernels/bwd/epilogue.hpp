@@ -12,10 +12,10 @@
 #pragma once
 
 #include <cute/tensor.hpp>
-#include <cute/arch/copy_sm90_tma.hpp>
 
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
+#include "kernels/common/staged_store.hpp"
 #include "kernels/common/device_utils.hpp"
 
 namespace hopattn::kernels::bwd {
@@ -55,36 +55,24 @@ __device__ __forceinline__ void store_acc_rows(const TAcc& acc, const TC& coords
 constexpr int kGradBarrierBase = 4;  // named barriers 4 + w: warpgroup w's staged dK/dV (1..3: consumer_common.hpp)
 
 // Warpgroup wg's 64 rows of a tile's dK or dV (acc times scale) through its half of smem.grad
-// and one TMA store issued by its thread 0, which first waits until its previous store has read
-// the buffer. The two named barriers mean "the buffer is free" and "the buffer is written".
+// and one TMA store issued by its thread 0 (store_wg_tile_staged, common/staged_store.hpp, as
+// the forward's O).
 template <class T, class TAcc, class Tma>
 __device__ __forceinline__ void store_rows_staged(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                   TAcc& acc, float scale, const Tma& tma, const TileWork<T>& w,
                                                   int wg, int wg_tid) {
   using namespace cute;
-  using Element = typename T::Element;
-  const int barrier = kGradBarrierBase + wg;
-  tma_store_wait<0>();  // bulk groups are per thread: only thread 0 has one to wait for
-  named_barrier_sync(barrier, 128);
   Tensor sGrad = make_tensor(make_smem_ptr(smem.grad.data()), typename T::SmemLayoutGrad{})(_, _, wg);
-  using OneWgMma = decltype(make_tiled_mma(typename T::MmaDKV::Atom{}));
-  auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Element>{}, OneWgMma{});
-  auto thr = stsm.get_thread_slice(wg_tid);
   CUTE_UNROLL
   for (int i = 0; i < size(acc); ++i) acc(i) *= scale;
-  Tensor out = convert_fragment<Element>(acc);
-  copy(stsm, thr.retile_S(out), thr.partition_D(sGrad));
-  tma_store_fence();  // the generic-proxy writes, visible to the TMA (async proxy)
-  named_barrier_sync(barrier, 128);
-  if (wg_tid == 0) {
+  store_wg_tile_staged<typename T::Element, typename T::MmaDKV>(acc, sGrad, kGradBarrierBase + wg, wg_tid, [&] {
     const bool varlen = p.cu_seqlens_k != nullptr;
     Tensor mG = tma.get_tma_tensor(p.shape_k);  // (rows, d, kv heads, batch)
     Tensor gG = local_tile(domain_offset(make_coord(w.si.k_offset, _0{}), mG(_, _, w.kv_head, varlen ? 0 : w.batch)),
                            typename T::GradTileWg{}, make_coord(w.n_block * T::kNumConsumerWgs + wg, _0{}));
     auto [tg, ts] = tma_partition(tma, _0{}, Layout<_1>{}, group_modes<0, 2>(sGrad), group_modes<0, 2>(gG));
     copy(tma, ts, tg);
-    tma_store_arrive();
-  }
+  });
 }
 
 // dK (times softmax_scale) and dV of a finished tile. Staged through shared memory and TMA
@@ -97,7 +85,7 @@ __device__ __forceinline__ void store_kv_grads(const BwdKernelParams<T>& p, type
     const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform
     const int wg_row0 = w.n_block * T::kBlockN + wg * 64;
     const bool ends_at_tensor = p.cu_seqlens_k == nullptr && w.si.seqlen_k == p.seqlen_k;
-    if (wg_row0 + 64 <= w.si.seqlen_k || (ends_at_tensor && wg_row0 < w.si.seqlen_k)) {
+    if (box_fits_sequence(wg_row0, 64, w.si.seqlen_k, ends_at_tensor)) {
       store_rows_staged(p, smem, dk, p.softmax_scale, p.tma_dk, w, wg, tid % 128);
       store_rows_staged(p, smem, dv, 1.f, p.tma_dv, w, wg, tid % 128);
       return;

@@ -15,6 +15,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/common/device_utils.hpp"
+#include "kernels/common/staged_store.hpp"
 #include "kernels/fwd/output_tile.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/softmax.hpp"
@@ -73,7 +74,7 @@ struct Epilogue {
       const int wg_row0 = row0 + wg * kWgRows;
       // Dense: TMA clips at the tensor's end, which is the sequence's unless seqused_q shortens it.
       const bool ends_at_tensor = p.cu_seqlens_q == nullptr && si.seqlen_q == p.seqlen_q;
-      if (wg_row0 + kWgRows <= si.seqlen_q || (ends_at_tensor && wg_row0 < si.seqlen_q)) {
+      if (box_fits_sequence(wg_row0, kWgRows, si.seqlen_q, ends_at_tensor)) {
         store_staged<Out>(p, smem, tOrO, c, si, wg, tid % 128);
         return;
       }
@@ -82,28 +83,15 @@ struct Epilogue {
   }
 
   // stmatrix into this warpgroup's buffer, then a TMA store of its 64 rows issued by thread 0 of
-  // the warpgroup. That thread waits for its previous store to have read the buffer first.
+  // the warpgroup (store_wg_tile_staged, common/staged_store.hpp).
   template <class Out, class TensorO>
   __device__ __forceinline__ static void store_staged(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                       TensorO& tOrO, const TileCoord& c, const SeqInfo& si, int wg,
                                                       int wg_tid) {
     using namespace cute;
-    const int barrier = kEpilogueBarrierBase + wg;
-    // Bulk groups are per thread: only thread 0 has one to wait for, the others return at once.
-    tma_store_wait<0>();
-    named_barrier_sync(barrier, 128);
-
     Tensor sO = make_tensor(make_smem_ptr(reinterpret_cast<Out*>(smem.o.data.data())),
                             typename Output::SmemLayout{})(_, _, wg);
-    using OneWgMma = decltype(make_tiled_mma(typename T::MmaPV::Atom{}));
-    auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, Out>{}, OneWgMma{});
-    auto thr = stsm.get_thread_slice(wg_tid);
-    Tensor out = convert_fragment<Out>(tOrO);
-    copy(stsm, thr.retile_S(out), thr.partition_D(sO));
-    tma_store_fence();  // make the generic-proxy writes visible to the TMA (async proxy)
-    named_barrier_sync(barrier, 128);
-
-    if (wg_tid == 0) {
+    store_wg_tile_staged<Out, typename T::MmaPV>(tOrO, sO, kEpilogueBarrierBase + wg, wg_tid, [&] {
       const bool varlen = p.cu_seqlens_q != nullptr;
       Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);  // (rows, d, heads, batch)
       Tensor gO = local_tile(domain_offset(make_coord(si.q_offset, _0{}), mO(_, _, c.head, varlen ? 0 : c.batch)),
@@ -111,8 +99,7 @@ struct Epilogue {
       Tensor sO_bits = make_tensor(make_smem_ptr(smem.o.data.data()), typename Output::SmemLayout{})(_, _, wg);
       auto [tOg, tOs] = tma_partition(p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO_bits), group_modes<0, 2>(gO));
       copy(p.tma_o, tOs, tOg);
-      tma_store_arrive();
-    }
+    });
   }
 
   // Thread 0 of each warpgroup, before the CTA exits: its last store must have read shared memory.

@@ -99,50 +99,65 @@ __device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd
   publish_dq<T>(smem);
 }
 
-template <class T>
-__device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
-                               const fwd::TileScheduler& sched) {
+// The writer's tiles, with the deterministic ordering compiled in or out: without it the loop
+// holds only the destination, the step count and the ring position (warpgroup 0 runs in few
+// registers, traits.hpp).
+template <class T, bool kDeterministic>
+__device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                                const fwd::TileScheduler& sched) {
   constexpr int kChunkFloats = T::kBlockM * T::kHeadDim / T::kDqChunks;
   constexpr uint32_t kChunkBytes = kChunkFloats * sizeof(float);
+  constexpr int kBlockFloats = T::kBlockM * T::kHeadDim;
   fwd::PackedPipeState<1> dq_pipe;
   fwd::TileRingState ring;
   for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
        tile = fwd::receive_tile(smem.tiles, ring)) {
     const TileWork<T> w = tile_work<T>(p, sched, tile);
     if (w.empty()) continue;
-    // Deterministic mode: the semaphore of the previous step's block, whose add was issued but
-    // not yet signalled. It is signalled once the next add is issued (or at the end of the tile),
-    // so the writer never sits waiting for a fresh add to land in global memory.
-    int* pending = nullptr;
+    // Deterministic mode: the semaphore (query block index) of the previous step's block, whose
+    // add was issued but not yet signalled. It is signalled once the next add is issued (or at the
+    // end of the tile), so the writer never sits waiting for a fresh add to land in global memory.
+    int pending = -1;
     for (int g = 0; g < p.head_group; ++g) {
-      const int64_t stats_head = (w.kv_head * p.head_group + g) * p.rows_per_head + w.stats_row0;
+      const int64_t first_row = (w.kv_head * p.head_group + g) * p.rows_per_head + w.stats_row0 +
+                                int64_t(w.m_begin) * T::kBlockM;
+      float* dst = p.dq_accum + first_row * T::kHeadDim;
 #pragma unroll 1  // in warpgroup 0's few registers, an unrolled copy of this loop spills
-      for (int m = w.m_begin; m < w.m_end; ++m) {
-        const int64_t row = stats_head + m * T::kBlockM;
-        int* sem = p.deterministic ? p.dq_semaphore + row / T::kBlockM : nullptr;
-        if (sem != nullptr) {  // before dq_full: the polls overlap the consumers' step
+      for (int m = w.m_begin; m < w.m_end; ++m, dst += kBlockFloats) {
+        // Padded rows (workspace.hpp): dst's query block is its offset in blocks.
+        const int block = kDeterministic ? int((dst - p.dq_accum) / kBlockFloats) : -1;
+        if constexpr (kDeterministic) {  // before dq_full: the polls overlap the consumers' step
           const int turn = key_blocks_before<T>(w.mask, w.n_block, m);
-          while (load_acquire(sem) != turn) __nanosleep(32);
+          while (load_acquire(p.dq_semaphore + block) != turn) __nanosleep(32);
         }
         for (int c = 0; c < T::kDqChunks; ++c) {
           fwd::wait_full(smem.dq_full, dq_pipe.phase());
-          bulk_reduce_add_f32(p.dq_accum + row * T::kHeadDim + c * kChunkFloats, smem.dq, kChunkBytes);
-          if (c == 0 && pending != nullptr) {
-            bulk_wait_all_but_newest();  // every chunk of the previous block has landed
-            signal_added(pending);
+          bulk_reduce_add_f32(dst + c * kChunkFloats, smem.dq, kChunkBytes);
+          if constexpr (kDeterministic) {
+            if (c == 0 && pending >= 0) {
+              bulk_wait_all_but_newest();  // every chunk of the previous block has landed
+              signal_added(p.dq_semaphore + pending);
+            }
           }
           bulk_wait_read();  // the shared buffer may be overwritten
           fwd::release(smem.dq_empty);
           dq_pipe.advance();
         }
-        pending = sem;
+        pending = block;
       }
     }
-    if (pending != nullptr) {
+    if (pending >= 0) {
       bulk_wait_all();
-      signal_added(pending);
+      signal_added(p.dq_semaphore + pending);
     }
   }
+}
+
+template <class T>
+__device__ void dq_writer_loop(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                               const fwd::TileScheduler& sched) {
+  if (p.deterministic) dq_writer_tiles<T, true>(p, smem, sched);
+  else dq_writer_tiles<T, false>(p, smem, sched);
   bulk_wait_all();
 }
 

@@ -66,26 +66,26 @@ struct TileRing {
   }
 };
 
+// Position in the two-slot ring in one register (slot = count & 1, lap parity = count >> 1): the
+// backward's warpgroup 0 runs its loops in few registers.
 struct TileRingState {
-  int stage = 0;
-  uint32_t phase = 0;
-  __device__ __forceinline__ void advance() {
-    stage ^= 1;
-    if (stage == 0) phase ^= 1;
-  }
+  uint32_t count = 0;
+  __device__ __forceinline__ int stage() const { return int(count & 1); }
+  __device__ __forceinline__ uint32_t phase() const { return count >> 1; }
+  __device__ __forceinline__ void advance() { count = (count + 1) & 3; }
 };
 
 __device__ __forceinline__ void publish_tile(TileRing& ring, TileRingState& st, int tile) {
-  cutlass::arch::ClusterBarrier::wait(&ring.empty[st.stage], st.phase ^ 1);
-  ring.slot[st.stage] = tile;
-  cutlass::arch::ClusterBarrier::arrive(&ring.full[st.stage]);
+  cutlass::arch::ClusterBarrier::wait(&ring.empty[st.stage()], st.phase() ^ 1);
+  ring.slot[st.stage()] = tile;
+  cutlass::arch::ClusterBarrier::arrive(&ring.full[st.stage()]);
   st.advance();
 }
 
 __device__ __forceinline__ int receive_tile(TileRing& ring, TileRingState& st) {
-  cutlass::arch::ClusterBarrier::wait(&ring.full[st.stage], st.phase);
-  const int tile = ring.slot[st.stage];
-  cutlass::arch::ClusterBarrier::arrive(&ring.empty[st.stage]);
+  cutlass::arch::ClusterBarrier::wait(&ring.full[st.stage()], st.phase());
+  const int tile = ring.slot[st.stage()];
+  cutlass::arch::ClusterBarrier::arrive(&ring.empty[st.stage()]);
   st.advance();
   return tile;
 }

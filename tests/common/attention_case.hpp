@@ -27,7 +27,7 @@ struct AttnCase {
   bool deterministic = false;           // backward only: ordered dQ accumulation
   bool no_overlap = false;              // forward only: the Table 2 ablation kernel (bf16 d128)
   std::string force_kernel;             // forward only: FwdTuning::kernel (empty: the dispatcher's)
-  int l2_section_pairs = 0;             // forward only: FwdTuning::l2_section_pairs
+  int l2_section_pairs = 0;             // Fwd/BwdTuning::l2_section_pairs (tiles per L2 section)
   int lag_dq_min_steps = 0;             // backward only: BwdTuning::lag_dq_min_steps
   // K rows at positions < gain_keys of each sequence are multiplied by key_gain (apply_key_gain):
   // the forward visits key blocks last to first, so the scores of the blocks it reaches last jump

@@ -93,6 +93,7 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
   p.softcap = c.softcap;
   p.deterministic = c.deterministic;
   p.tuning.lag_dq_min_steps = c.lag_dq_min_steps;
+  p.tuning.l2_section_pairs = c.l2_section_pairs;
 
   Plan fplan, bplan;
   try {
@@ -188,6 +189,10 @@ std::vector<BwdCase> coverage() {
   // The split-head-dim kernel of d192/d256 (bwd/consumer_wide.hpp) under every option.
   add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 1; c.seqlen_k = 1; });
   add([](BwdCase& c) { c.head_dim = 256; c.nheads = 8; c.nheads_k = 1; c.seqlen_q = 190; c.causal = true; });
+  // L2 sections of 3 (KV head, batch) pairs over 10 pairs: the last section holds 1, which the
+  // tile decode divides by separately (fwd::TileDivisors); also in the deterministic order.
+  add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 4; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.causal = true; c.head_dim = 64; });
+  add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 2; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.deterministic = true; });
   add([](BwdCase& c) { c.head_dim = 192; c.window_left = 100; c.window_right = 30; c.seqlen_q = 500; c.seqlen_k = 700; });
   add([](BwdCase& c) { c.head_dim = 256; c.softcap = 5.f; c.causal = true; c.seqlen_q = 300; });
   add([](BwdCase& c) { c.head_dim = 192; c.row_pad = 8; c.seqlen_q = 190; c.seqlen_k = 257; });

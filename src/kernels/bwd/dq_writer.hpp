@@ -18,6 +18,7 @@
 
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
+#include "kernels/bwd/traits.hpp"
 #include "kernels/fwd/pipeline.hpp"
 
 namespace hopattn::kernels::bwd {
@@ -100,8 +101,8 @@ __device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd
 }
 
 // The writer's tiles, with the deterministic ordering compiled in or out: without it the loop
-// holds only the destination, the step count and the ring position (warpgroup 0 runs in few
-// registers, traits.hpp).
+// holds only the destination, the step count and the ring position; with it the tile's fields
+// live in shared memory (WriterTile, traits.hpp). Warpgroup 0 runs in few registers (traits.hpp).
 template <class T, bool kDeterministic>
 __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                 const fwd::TileScheduler& sched) {
@@ -110,24 +111,30 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
   constexpr int kBlockFloats = T::kBlockM * T::kHeadDim;
   fwd::PackedPipeState<1> dq_pipe;
   fwd::TileRingState ring;
+  WriterTile local;
+  WriterTile& t = kDeterministic ? smem.writer_tile : local;
   for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
        tile = fwd::receive_tile(smem.tiles, ring)) {
-    const TileWork<T> w = tile_work<T>(p, sched, tile);
-    if (w.empty()) continue;
+    {
+      const TileWork<T> w = tile_work<T>(p, sched, tile);
+      if (w.empty()) continue;
+      t = {w.stats_row0, w.n_block, w.kv_head, w.m_begin, w.m_end, w.si.seqlen_q, w.si.seqlen_k};
+    }
     // Deterministic mode: the semaphore (query block index) of the previous step's block, whose
     // add was issued but not yet signalled. It is signalled once the next add is issued (or at the
     // end of the tile), so the writer never sits waiting for a fresh add to land in global memory.
     int pending = -1;
     for (int g = 0; g < p.head_group; ++g) {
-      const int64_t first_row = (w.kv_head * p.head_group + g) * p.rows_per_head + w.stats_row0 +
-                                int64_t(w.m_begin) * T::kBlockM;
+      const int64_t first_row = (t.kv_head * p.head_group + g) * p.rows_per_head + t.stats_row0 +
+                                int64_t(t.m_begin) * T::kBlockM;
       float* dst = p.dq_accum + first_row * T::kHeadDim;
 #pragma unroll 1  // in warpgroup 0's few registers, an unrolled copy of this loop spills
-      for (int m = w.m_begin; m < w.m_end; ++m, dst += kBlockFloats) {
+      for (int m = t.m_begin; m < t.m_end; ++m, dst += kBlockFloats) {
         // Padded rows (workspace.hpp): dst's query block is its offset in blocks.
         const int block = kDeterministic ? int((dst - p.dq_accum) / kBlockFloats) : -1;
         if constexpr (kDeterministic) {  // before dq_full: the polls overlap the consumers' step
-          const int turn = key_blocks_before<T>(w.mask, w.n_block, m);
+          const KeyBlockMask<T::kBlockM, T::kBlockN> mask{t.seqlen_q, t.seqlen_k, p.window_left, p.window_right};
+          const int turn = key_blocks_before<T>(mask, t.n_block, m);
           while (load_acquire(p.dq_semaphore + block) != turn) __nanosleep(32);
         }
         for (int c = 0; c < T::kDqChunks; ++c) {

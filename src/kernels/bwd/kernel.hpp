@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
 
   if (warp == 0 && cute::elect_one_sync()) {
     init_bwd_barriers<typename T::SharedStorage, T::kStages>(smem, T::kNumConsumerThreads);
+    smem.tile_counter = p.tile_counter;
     if constexpr (T::kLagDq) {  // the dS barriers of the lagged schedule (consumer.hpp)
       for (int b = 0; b < 2; ++b) {
         // One arrival per consumer warp (consumer.hpp, warp_release).
@@ -65,8 +66,8 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   wait_for_prior_grids();
   allow_dependent_launch();
 
-  const fwd::TileScheduler sched{p.num_n_blocks, p.nheads_k, p.num_tiles, p.heads_per_l2_section, false,
-                                 p.tile_counter};
+  const fwd::TileScheduler sched{p.num_n_blocks, p.nheads_k,     p.num_tiles,    p.heads_per_l2_section,
+                                 false,          p.tile_counter, p.tile_divisors};
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (warp == 0 && cute::elect_one_sync()) bwd_producer_loop<T>(p, smem, sched);

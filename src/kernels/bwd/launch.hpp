@@ -127,6 +127,7 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
     p.heads_per_l2_section = 1;
   }
   if (a.l2_section_pairs > 0) p.heads_per_l2_section = int(std::min<int64_t>(pairs, a.l2_section_pairs));
+  p.tile_divisors = fwd::TileDivisors::make(p.num_n_blocks, a.nheads_k, p.num_tiles, p.heads_per_l2_section);
   // dQ one step behind dS (consumer.hpp, kernels with T::kLagDq) in key tiles of at least 3
   // steps: a tile's first step wastes one dQ GEMM and its last one is exposed. Measured at d64
   // on an H200 against the lockstep schedule (docs/perf-log.md, session 16): from 3 steps

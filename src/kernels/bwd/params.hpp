@@ -77,6 +77,7 @@ struct BwdKernelParams : BwdTmaParams<Traits>, BwdCommonParams {
 
   int num_n_blocks{}, num_tiles{}, heads_per_l2_section{};
   int* tile_counter{};
+  fwd::TileDivisors tile_divisors{};  // TileScheduler::decode's, from the fields above
   int lag_dq_min_steps{};  // tiles with at least this many steps run dQ one step late (consumer.hpp)
   // Always 0. The consumers offset their shared-memory operand views by `step & opaque_zero`
   // so that ptxas cannot hoist the descriptors out of the step loop (consumer.hpp).

@@ -19,9 +19,13 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
   cute::SM90_BULK_COPY_G2S::copy(gmem_src, &bar, smem_dst, int32_t(bytes));
 }
 
+// Claims the next tile and publishes it on the tile ring. Unlike the forward, every tile (the
+// first one too) comes from the counter, whose address is read from shared memory (traits.hpp):
+// in warpgroup 0's 24 registers at d = 64, ptxas spilled both the address and gridDim.x when
+// they were held through the loop.
 template <class Storage>
-__device__ __forceinline__ int claim_and_publish(Storage& smem, fwd::TileRingState& ring, const fwd::TileScheduler& sched) {
-  const int next = sched.claim_next();
+__device__ __forceinline__ int claim_and_publish(Storage& smem, fwd::TileRingState& ring) {
+  const int next = atomicAdd(smem.tile_counter, 1);
   fwd::publish_tile(smem.tiles, ring, next);
   return next;
 }
@@ -47,9 +51,7 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
   // The next tile is claimed and published once this tile's loads are issued, not before them:
   // the consumers ask for it only at this tile's end, and the claim's atomic round trip no longer
   // delays the tile's K/V load (+2..4% at d128 512-2k, perf-log session 21).
-  int tile = sched.first_tile();
-  fwd::publish_tile(smem.tiles, ring, tile);
-  for (; tile < sched.num_tiles; tile = claim_and_publish(smem, ring, sched)) {
+  for (int tile = claim_and_publish(smem, ring); tile < sched.num_tiles; tile = claim_and_publish(smem, ring)) {
     const TileWork<T> w = tile_work<T>(p, sched, tile);
     if (w.empty()) continue;  // the consumers write zero dK, dV without loads
 

@@ -31,6 +31,14 @@
 
 namespace hopattn::kernels::bwd {
 
+// What the dQ writer needs of its current tile (dq_writer.hpp). In deterministic mode it keeps
+// this in shared memory (SharedStorage::writer_tile) and reads each field where it is used: in
+// warpgroup 0's few registers the ordering's search and polls left no room to hold them.
+struct WriterTile {
+  int64_t stats_row0;
+  int n_block, kv_head, m_begin, m_end, seqlen_q, seqlen_k;
+};
+
 using namespace cute;
 
 template <class Element_, int kHeadDim_, int kBlockM_ = 64, int kBlockN_ = 128, int kStages_ = 2>
@@ -47,10 +55,12 @@ struct BwdTraits {
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
   // The pool setmaxnreg redistributes is what the launch allocated, 168 x 384 threads; asking
   // for more faults. 40 x 128 + 232 x 256 = 64512 fits exactly: the consumers need 226 at
-  // d = 128, and the dQ writer's loop state spilled at 32 (24 B) and 24. The consumers get what
-  // warpgroup 0 leaves, rounded down to a multiple of 8: 232 (the same with 32 or 40 for
-  // warpgroup 0), or 240 for 80-row steps (kDqTransposed), which at 232 serialize every WGMMA.
-  // Experiments: -DHOPATTN_BWD_PRODUCER_REGS=24, 32 or 40 overrides.
+  // d = 128. The consumers get what warpgroup 0 leaves, rounded down to a multiple of 8: 232
+  // (the same with 32 or 40 for warpgroup 0), or 240 with 24 for warpgroup 0: at d = 64, where
+  // the consumers spilled 24 B at 232 and run 2-4% faster at 240 (session 21; warpgroup 0's
+  // loops were slimmed to fit 24: producer.hpp, dq_writer.hpp), and for 80-row steps
+  // (kDqTransposed), which at 232 serialize every WGMMA. d > 64 keeps 40 (at d128, 24 measured
+  // 0.5-1% below it). Experiments: -DHOPATTN_BWD_PRODUCER_REGS=24, 32 or 40 overrides.
   static_assert(kNumConsumerWgs == 2, "the dQ hand-off assumes two consumer warpgroups");
 
   // Measured choices (docs/perf-log.md, session 8), by the size of the dK + dV accumulators:
@@ -83,7 +93,7 @@ struct BwdTraits {
 #ifdef HOPATTN_BWD_PRODUCER_REGS
   static constexpr int kProducerRegs = HOPATTN_BWD_PRODUCER_REGS;
 #else
-  static constexpr int kProducerRegs = kDqTransposed ? 24 : 40;
+  static constexpr int kProducerRegs = kDqTransposed || kHeadDim == 64 ? 24 : 40;
 #endif
   static constexpr int kConsumerRegs = (168 * 3 - kProducerRegs) / kNumConsumerWgs / 8 * 8;  // 232 (24: 240)
   static_assert(kProducerRegs * 128 + kConsumerRegs * kNumConsumerThreads <= 168 * kNumThreads);
@@ -210,6 +220,10 @@ struct BwdTraits {
     uint64_t dq_full, dq_empty;
     uint64_t ds_full[2], ds_empty[2];  // dS buffer b: both warpgroups stored / read it
     fwd::TileRing tiles;
+    WriterTile writer_tile;  // deterministic mode only
+    // The tile scheduler's counter (BwdKernelParams::tile_counter), read from here at each claim:
+    // a copy held in a register through the producer's loop was spilled at 24 registers.
+    int* tile_counter;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");

@@ -139,6 +139,8 @@ struct BwdWideTraits {
     uint64_t q_full[kStages], do_full[kStages], qdo_empty[kStages];
     uint64_t dq_full, dq_empty;
     fwd::TileRing tiles;
+    WriterTile writer_tile;  // deterministic mode only (traits.hpp)
+    int* tile_counter;       // the scheduler's counter, read at each claim (traits.hpp)
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));
   static_assert(kSmemBytes <= 227 * 1024, "tile does not fit in shared memory");

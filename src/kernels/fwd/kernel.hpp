@@ -36,8 +36,8 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   cutlass::arch::fence_barrier_init();
   __syncthreads();
 
-  const TileScheduler sched{p.num_m_blocks, p.nheads,       p.num_tiles,
-                            p.heads_per_l2_section, p.longest_first, p.tile_counter};
+  const TileScheduler sched{p.num_m_blocks,         p.nheads,        p.num_tiles, p.heads_per_l2_section,
+                            p.longest_first,        p.tile_counter,  p.tile_divisors};
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
     if constexpr (T::kFp8) {

@@ -167,6 +167,7 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
           ? a.l2_section_pairs
           : l2_section_pairs(a.seqlen_k, kv_bytes_per_head, p.head_group, l2_cache_bytes(), p.longest_first);
   p.heads_per_l2_section = int(std::min<int64_t>(pairs, section));
+  p.tile_divisors = TileDivisors::make(p.num_m_blocks, a.nheads, p.num_tiles, p.heads_per_l2_section);
   return p;
 }
 

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "kernels/fwd/tile_scheduler.hpp"
+
 namespace hopattn::kernels::fwd {
 
 template <class Traits>
@@ -54,6 +56,7 @@ struct FwdKernelParams {
   int num_m_blocks{}, num_tiles{}, heads_per_l2_section{};
   bool longest_first{};
   int* tile_counter{};  // workspace, zeroed before each launch
+  TileDivisors tile_divisors{};  // TileScheduler::decode's, from the fields above
   int total_q{}, total_k{};  // rows of the packed q and k: bounds for untrusted device lengths
   // Always 0, which ptxas cannot know: the predicate of a never-executed store that keeps the
   // softmax above the wait for P V (Consumer::keep_above_wgmma_wait).

@@ -2,8 +2,9 @@
 // claims tiles and hands each one to the consumer warpgroups through a two-slot ring in shared
 // memory (TileRing), so producer and consumers always agree on the sequence.
 //
-// Claiming: the first tile of CTA c is c; after that the producer takes the next unclaimed tile
-// from a global counter (atomicAdd on the workspace, zeroed before the launch): greedy, so a CTA
+// Claiming: the first tile of CTA c is c (the backward's producer claims that one from the counter
+// too, bwd/producer.hpp); after that the producer takes the next unclaimed tile from a global
+// counter (atomicAdd on the workspace, zeroed before the launch): greedy, so a CTA
 // that drew short tiles simply draws more. A fixed stride (c, c + grid, ...) looked equivalent
 // but is badly unbalanced with longest-first order: with 128-tile sections and a stride of 132,
 // CTA 0 drew m-blocks 127, 123, 119... and CTA 100 drew 27, 23, 19... (see docs/perf-log.md).
@@ -19,6 +20,7 @@
 #pragma once
 
 #include <cutlass/arch/barrier.h>
+#include <cutlass/fast_math.h>
 
 namespace hopattn::kernels::fwd {
 
@@ -26,26 +28,43 @@ struct TileCoord {
   int m_block, head, batch;
 };
 
+// The divisors of TileScheduler::decode, prepared on the host (multiply-high and shift on the
+// device instead of four integer divisions: the backward's warpgroup 0 decodes tiles in few
+// registers, and each division took five of them). The last section may hold fewer pairs.
+struct TileDivisors {
+  cutlass::FastDivmod section_tiles, full_section_pairs, last_section_pairs, heads;
+  int full_sections = 0;
+
+  static TileDivisors make(int num_m_blocks, int nheads, int num_tiles, int section) {
+    TileDivisors d;
+    const int pairs = num_m_blocks > 0 ? num_tiles / num_m_blocks : 0;
+    section = section > 0 ? section : 1;
+    d.section_tiles = cutlass::FastDivmod(section * (num_m_blocks > 0 ? num_m_blocks : 1));
+    d.full_section_pairs = cutlass::FastDivmod(section);
+    d.last_section_pairs = cutlass::FastDivmod(pairs % section > 0 ? pairs % section : 1);
+    d.heads = cutlass::FastDivmod(nheads > 0 ? nheads : 1);
+    d.full_sections = pairs / section;
+    return d;
+  }
+};
+
 struct TileScheduler {
   int num_m_blocks, nheads, num_tiles, section;
   bool longest_first;
   int* counter;  // workspace: tiles claimed beyond the first wave
+  TileDivisors div;
 
   __device__ __forceinline__ int first_tile() const { return blockIdx.x; }
   __device__ __forceinline__ int claim_next() const { return int(gridDim.x) + atomicAdd(counter, 1); }
 
   __device__ __forceinline__ TileCoord decode(int tile) const {
-    const int tiles_per_section = section * num_m_blocks;
-    const int sec = tile / tiles_per_section;
-    const int in_sec = tile - sec * tiles_per_section;
-    const int pairs_total = num_tiles / num_m_blocks;
-    const int pairs_here = min(section, pairs_total - sec * section);
-    const int m_index = in_sec / pairs_here;
-    const int pair = sec * section + (in_sec - m_index * pairs_here);
+    int sec, in_sec, m_index, pair_in_sec;
+    div.section_tiles(sec, in_sec, tile);
+    if (sec < div.full_sections) div.full_section_pairs(m_index, pair_in_sec, in_sec);
+    else div.last_section_pairs(m_index, pair_in_sec, in_sec);
     TileCoord c;
     c.m_block = longest_first ? num_m_blocks - 1 - m_index : m_index;
-    c.head = pair % nheads;
-    c.batch = pair / nheads;
+    div.heads(c.batch, c.head, sec * section + pair_in_sec);
     return c;
   }
 };

@@ -29,11 +29,11 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
   TileRingState ring;
   int tile = sched.first_tile();
   publish_tile(smem.tiles, ring, tile);
-  for (; tile < sched.num_tiles;) {
-    const int next = sched.claim_next();  // claimed early: the atomic's latency hides under this tile
-    publish_tile(smem.tiles, ring, next);
+  // The next tile is claimed once this tile's loads are issued (the consumers need it only at
+  // this tile's end): +1.6..3.5% under a causal mask at 512-1k, -0.5% unmasked at d128 (H100,
+  // perf-log session 21), as in the backward's producer.
+  for (; tile < sched.num_tiles; tile = claim_and_publish(sched, smem.tiles, ring)) {
     const TileCoord c = sched.decode(tile);
-    tile = next;
     const SeqInfo si = seq_info(p, c.batch);
     if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
     const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};

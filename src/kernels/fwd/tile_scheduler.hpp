@@ -101,6 +101,13 @@ __device__ __forceinline__ void publish_tile(TileRing& ring, TileRingState& st, 
   st.advance();
 }
 
+// The producer's claim of its next tile, handed to the consumers at once.
+__device__ __forceinline__ int claim_and_publish(const TileScheduler& sched, TileRing& ring, TileRingState& st) {
+  const int next = sched.claim_next();
+  publish_tile(ring, st, next);
+  return next;
+}
+
 __device__ __forceinline__ int receive_tile(TileRing& ring, TileRingState& st) {
   cutlass::arch::ClusterBarrier::wait(&ring.full[st.stage()], st.phase());
   const int tile = ring.slot[st.stage()];

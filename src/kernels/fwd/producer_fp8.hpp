@@ -46,11 +46,11 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
   TileRingState ring;
   int tile = sched.first_tile();
   publish_tile(smem.tiles, ring, tile);
-  for (; tile < sched.num_tiles;) {
-    const int next = sched.claim_next();
-    publish_tile(smem.tiles, ring, next);
+  // The next tile is claimed once this tile's loads are issued, as in producer.hpp: +0.9..6.4%
+  // under a causal mask at 512-1k (d256 causal 1k: 622 -> 662 TFLOP/s), unmasked within 1% (H200,
+  // perf-log session 21).
+  for (; tile < sched.num_tiles; tile = claim_and_publish(sched, smem.tiles, ring)) {
     const TileCoord c = sched.decode(tile);
-    tile = next;
     const SeqInfo si = seq_info(p, c.batch);
     if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
     const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};

@@ -112,10 +112,10 @@ struct BwdTraits {
 #else
   static constexpr bool kLagDq = kWideSteps;
 #endif
-  // Experiment (not measured yet): in the steps that prefetch the next S^T, wait for dQ first,
-  // store it, then issue S^T and only then fence and publish dQ, so that dQ's shared stores do
-  // not queue behind S^T's operand reads (the fence was ~12% of the samples at d128, perf-log
-  // session 19). Costs a short tensor-core gap per step. Lockstep kernels only.
+  // Experiment, measured neutral (0.995-1.015 at d128, H200, perf-log session 21): in the steps
+  // that prefetch the next S^T, wait for dQ first, store it, then issue S^T and only then fence
+  // and publish dQ, so that dQ's shared stores do not queue behind S^T's operand reads (the
+  // fence was ~12% of the samples at d128, session 19). Lockstep kernels only.
 #ifdef HOPATTN_EXP_DQ_STORES_FIRST
   static constexpr bool kDqStoresFirst = true;
 #else

@@ -22,6 +22,8 @@
 #include <cutlass/arch/barrier.h>
 #include <cutlass/fast_math.h>
 
+#include "kernels/fwd/pipeline.hpp"
+
 namespace hopattn::kernels::fwd {
 
 struct TileCoord {
@@ -85,14 +87,9 @@ struct TileRing {
   }
 };
 
-// Position in the two-slot ring in one register (slot = count & 1, lap parity = count >> 1): the
-// backward's warpgroup 0 runs its loops in few registers.
-struct TileRingState {
-  uint32_t count = 0;
-  __device__ __forceinline__ int stage() const { return int(count & 1); }
-  __device__ __forceinline__ uint32_t phase() const { return count >> 1; }
-  __device__ __forceinline__ void advance() { count = (count + 1) & 3; }
-};
+// Position in the two-slot ring, in one register (the backward's warpgroup 0 runs its loops in
+// few registers).
+using TileRingState = PackedPipeState<2>;
 
 __device__ __forceinline__ void publish_tile(TileRing& ring, TileRingState& st, int tile) {
   cutlass::arch::ClusterBarrier::wait(&ring.empty[st.stage()], st.phase() ^ 1);

@@ -1,7 +1,7 @@
 # The one list of kernel instantiations compiled into the library: one forward kernel per
 # (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS (more at d96 and d128: see the
 # list of variants below), one backward kernel per
-# (dtype, head dim), and with HOPATTN_FP8 one e4m3 forward kernel per head dim 64, 128, 256. Each gets its own generated
+# (dtype, head dim), and with HOPATTN_FP8 one e4m3 forward kernel per head dim 64, 128, 256 (two at d64). Each gets its own generated
 # translation unit (parallel builds, per-file compile stats); registry.cpp lists them for the
 # dispatcher. Tile shapes live in src/kernels/fwd/tile_table.hpp.
 set(_gen "${CMAKE_CURRENT_BINARY_DIR}/kernels")
@@ -110,23 +110,40 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
     string(APPEND BWD_ENTRIES "    kBwd_${DTYPE}_hd${HDIM},\n")
   endforeach()
 endforeach()
-# FP8 forward: e4m3 inputs, bf16/fp16 output chosen at run time (one kernel per head dim).
+# FP8 forward: e4m3 inputs, bf16/fp16 output chosen at run time (one kernel per head dim; d64
+# also a "masked" one: its default kernel has 192 x 128 tiles with three consumer warpgroups,
+# which lose 5-7% under a causal mask at 512-1k keys to the two-warpgroup 128 x 128 kernel,
+# session 22; the same split as the 16-bit d64).
+set(_fp8_masked_max_keys_64 1024)
 if(HOPATTN_FP8)
   foreach(HDIM IN LISTS HOPATTN_HEAD_DIMS)
-    if(HDIM MATCHES "^(64|128|256)$")
-      set(DTYPE "e4m3")
-      set(DTYPE_ENUM "kFloat8E4M3")
-      set(SUFFIX "")
-      set(ABLATION "false")
-      set(TRAITS "fwd::DefaultFwdFp8Traits<${HDIM}>")
-      set(USE "kDefault")
-      set(MAX_KEYS 0)
-      set(_src "${_gen}/fwd_e4m3_hd${HDIM}.cu")
+    if(NOT HDIM MATCHES "^(64|128|256)$")
+      continue()
+    endif()
+    set(DTYPE "e4m3")
+    set(DTYPE_ENUM "kFloat8E4M3")
+    set(ABLATION "false")
+    set(_variants "default")
+    if(DEFINED _fp8_masked_max_keys_${HDIM})
+      list(APPEND _variants "masked")
+    endif()
+    foreach(_variant IN LISTS _variants)
+      if(_variant STREQUAL "masked")
+        set(SUFFIX "_masked")
+        set(USE "kMasked")
+        set(MAX_KEYS ${_fp8_masked_max_keys_${HDIM}})
+      else()
+        set(SUFFIX "")
+        set(USE "kDefault")
+        set(MAX_KEYS 0)
+      endif()
+      set(TRAITS "fwd::DefaultFwdFp8Traits<${HDIM}, FwdKernelUse::${USE}>")
+      set(_src "${_gen}/fwd_e4m3_hd${HDIM}${SUFFIX}.cu")
       configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/fwd/instance.cu.in" "${_src}" @ONLY)
       list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
-      string(APPEND DECLS "extern const FwdKernel kFwd_e4m3_hd${HDIM};\n")
-      string(APPEND ENTRIES "    kFwd_e4m3_hd${HDIM},\n")
-    endif()
+      string(APPEND DECLS "extern const FwdKernel kFwd_e4m3_hd${HDIM}${SUFFIX};\n")
+      string(APPEND ENTRIES "    kFwd_e4m3_hd${HDIM}${SUFFIX},\n")
+    endforeach()
   endforeach()
 endif()
 configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/registry.cpp.in" "${_gen}/registry.cpp" @ONLY)

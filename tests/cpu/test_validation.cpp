@@ -116,6 +116,29 @@ TEST_F(FwdFixture, HeadDim64MaskedKernelTakesShortCausal) {
   EXPECT_EQ(kernel_for(64, 100, 1000, false, 64), "fwd_sm90_bf16_hd64_masked");
 }
 
+// FP8 d64 has the same split as bf16 d64 (manifest.cmake): 192 x 128 tiles by default, the
+// 128 x 128 kernel for masks that hide much up to 1024 keys.
+TEST_F(FwdFixture, Fp8HeadDim64MaskedKernelTakesShortCausal) {
+  auto fp8_kernel_for = [&](int64_t queries, int64_t keys, bool causal) {
+    p.q = arena.tensor(DType::kFloat8E4M3, {2, queries, 8, 64});
+    p.k = arena.tensor(DType::kFloat8E4M3, {2, keys, 2, 64});
+    p.v = arena.tensor(DType::kFloat8E4M3, {2, keys, 2, 64});
+    p.out = arena.tensor(DType::kBFloat16, {2, queries, 8, 64});
+    p.lse = arena.tensor(DType::kFloat32, {2, 8, queries});
+    p.mask = {causal, -1, -1};
+    return plan_fwd(p, fake_hopper()).kernel;
+  };
+  try {
+    fp8_kernel_for(64, 64, false);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "e4m3 head dim 64 not in this build: " << e.what();
+  }
+  EXPECT_EQ(fp8_kernel_for(1024, 1024, true), "fwd_sm90_e4m3_hd64_masked");
+  EXPECT_EQ(fp8_kernel_for(1025, 1025, true), "fwd_sm90_e4m3_hd64");
+  EXPECT_EQ(fp8_kernel_for(512, 512, false), "fwd_sm90_e4m3_hd64");
+  EXPECT_EQ(fp8_kernel_for(100, 1000, true), "fwd_sm90_e4m3_hd64");  // chunked prefill
+}
+
 // FwdTuning::kernel forces a compiled kernel of the problem's dtype and head dim (A/B runs on
 // one build); anything else is an argument error naming tuning.kernel.
 TEST_F(FwdFixture, ForcedKernel) {

@@ -201,6 +201,7 @@ TEST_P(Fp8FwdTest, WithinE4m3RoundingBound) {
   p.softmax_scale = c.softmax_scale;
   p.mask = {c.causal, c.window_left, c.window_right};
   p.softcap = c.softcap;
+  if (!c.force_kernel.empty()) p.tuning.kernel = c.force_kernel.c_str();
   p.q_descale = static_cast<const float*>(qd.get());
   p.k_descale = static_cast<const float*>(kd.get());
   p.v_descale = static_cast<const float*>(vd.get());
@@ -301,6 +302,16 @@ std::vector<Fp8Case> coverage() {
   add([](Fp8Case& c) { c.a.varlen_q = {129, 300, 17}; c.a.varlen_k = {400, 300, 260}; c.a.gain_keys = 200; c.a.key_gain = 64.f; });
   add([](Fp8Case& c) { c.a.head_dim = 64; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.a.gain_keys = 200; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
   add([](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.a.gain_keys = 200; c.a.key_gain = 8.f; c.kv_block_rows = 128; });
+  // d64 has two kernels (192-row tiles with three consumer warpgroups; 128-row tiles for short
+  // causal problems): each on the other's problems. 1000 = 5 x 192 + 40 leaves warpgroups idle.
+  const std::string d64 = "fwd_sm90_e4m3_hd64", d64_masked = "fwd_sm90_e4m3_hd64_masked";
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64; c.a.seqlen_q = 1000; c.a.seqlen_k = 1000; c.a.causal = true; c.a.nheads = 8; c.a.nheads_k = 2; });
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64; c.a.batch = 1; c.a.seqlen_q = 300; c.a.seqlen_k = 517; c.a.causal = true; c.q_block_rows = 100; c.kv_block_rows = 128; });
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64; c.a.varlen_q = {129, 300, 17}; c.a.varlen_k = {200, 300, 1}; c.a.causal = true; });
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64; c.a.window_left = 100; c.a.window_right = 30; c.a.seqlen_q = 500; c.a.seqlen_k = 700; });
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64; c.a.seqlen_q = 1100; c.a.seqlen_k = 1100; c.a.causal = true; c.a.gain_keys = 200; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64_masked; c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; });
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64_masked; c.a.seqlen_q = 333; c.a.seqlen_k = 2100; c.a.nheads = 8; c.a.nheads_k = 1; c.out_fp16 = true; });
   return cases;
 }
 

@@ -36,9 +36,12 @@ struct FwdFp8Traits {
   static constexpr int kStages = kStages_;  // depth of the K, V-staging and V^T rings
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
   static constexpr bool kSoftmaxUnderOwnPv = false;  // measured 3-9% slower (traits.hpp)
-  // No idle-warpgroup path (traits.hpp): the warp-uniform warpgroup index it needs (kernel.hpp)
-  // measured 2-4% slower for FP8 at 8k, where no warpgroup idles anyway.
-  static constexpr bool kSkipIdleWarpgroups = false;
+  // The idle-warpgroup path (traits.hpp) with three consumer warpgroups only: with two, the
+  // warp-uniform warpgroup index it needs (kernel.hpp) measured 2-4% slower at 8k, where no
+  // warpgroup idles anyway; with three (192-row tiles) it gained +4..6% at 512-1k and +0..1%
+  // beyond (1024 = 5 x 192 + 64 leaves two of the last tile's warpgroups idle; perf-log,
+  // session 22).
+  static constexpr bool kSkipIdleWarpgroups = kBlockM_ == 192;
   // Blocks after a tile's first run their exps against the kept row offsets without taking the
   // block's row maxima (OnlineSoftmax, "max-free blocks"): +2..18% at d64, +0..4% at d128,
   // -6..+7% at d256 against taking them (perf-log, session 14).
@@ -49,7 +52,7 @@ struct FwdFp8Traits {
   static_assert(kHeadDim % 16 == 0, "the transpose works on 16-column ranges of d");
 
   static constexpr int kNumConsumerWgs = kBlockM / 64;
-  static_assert(kNumConsumerWgs == 2, "two consumer warpgroups (pingpong pair)");
+  static_assert(kNumConsumerWgs == 2 || kNumConsumerWgs == 3, "2 or 3 consumer warpgroups");
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumProducerThreads = 128;  // warp 0 loads, warps 1..3 transpose V
   static constexpr int kNumTransposeThreads = 96;
@@ -59,8 +62,10 @@ struct FwdFp8Traits {
   // larger sum makes the consumers' increase wait forever (it did: a first 64 + 2 * 224 hung).
   // 56 fits either producer role (the loader's TMA views, the transpose's 16 loaded words) with
   // no spill; d = 256 (O alone is 128 registers) gives the consumers 8 more: 40 + 2 * 232.
+  // Three consumer warpgroups (d = 64, M = 192): the pool is 65536 / 512 = 128 per thread, so
+  // 56 + 3 * 152 = 512.
   static constexpr int kProducerRegs = kHeadDim >= 256 ? 40 : 56;
-  static constexpr int kConsumerRegs = kHeadDim >= 256 ? 232 : 224;
+  static constexpr int kConsumerRegs = kNumConsumerWgs == 3 ? 152 : kHeadDim >= 256 ? 232 : 224;
   static_assert(kProducerRegs + kNumConsumerWgs * kConsumerRegs <= 65536 / kNumThreads / 8 * 8 * (kNumThreads / 128),
                 "setmaxnreg budgets exceed the launch's register pool");
 

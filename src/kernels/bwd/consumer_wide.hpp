@@ -11,8 +11,10 @@
 //   dV[:, half w] += P^T dO_m[:, half w]     (SS)
 //   dK[:, half w] += dS^T Q_m[:, half w]     (SS)
 //   dQ[:, half w]  = dS K[:, half w]         (SS, in kDqChunks GEMMs)
-//   wait dV, dK: free the Q/dO stage; then hand each dQ chunk to the writer as it completes,
-//   the next step's S^T and dP^T issued before the last one (they run under its hand-off).
+//   wait dV, dK: free the Q and dO stages; then hand each dQ chunk to the writer as it
+//   completes, the next step's S^T issued before the last one (it runs under the hand-off), and
+//   its dP^T too where dO has as many stages as Q (d = 192); else (d = 256: two Q stages, one
+//   dO) dP^T is issued at the step's start, when its dO has had the hand-off's time to land.
 // Registers per thread at d = 256: dK, dV 64 each for the whole tile, S^T, dP^T 16 each, the dQ
 // chunks 64 together. The dQ chunks do not reuse the registers of S^T and dP^T (dead by
 // then): sharing them made ptxas serialize every WGMMA (C7511).
@@ -78,7 +80,8 @@ struct BwdWideConsumer {
   typename T::SharedStorage& smem;
   int tid;  // 0 .. kNumConsumerThreads-1
   int wg;   // tid / 128, computed warp-uniformly by the caller
-  fwd::PackedPipeState<T::kStages> pipe;
+  fwd::PackedPipeState<T::kQStages> q_pipe;
+  fwd::PackedPipeState<T::kDoStages> do_pipe;
   fwd::PackedPipeState<1> kv_pipe, dq_pipe;
 
   __device__ void run(const fwd::TileScheduler& sched) {
@@ -110,32 +113,46 @@ struct BwdWideConsumer {
       warpgroup_fence_operand(tSrdP);
       warpgroup_fence_operand(tdQrdQ);
       StepCursor cur{w.m_begin, w.m_begin, w.m_end};
-      // S^T and dP^T of the step in pipe.stage(), once its Q and dO have landed.
-      auto issue_scores = [&](int salt) {
+      // S^T of the step in q_pipe's stage once its Q has landed; dP^T likewise with dO.
+      auto issue_st = [&](int salt) {
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
             wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
-        fwd::wait_full(smem.q_full[pipe.stage()], pipe.phase());
-        issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, pipe.stage()), tSrS);
-        fwd::wait_full(smem.do_full[pipe.stage()], pipe.phase());
-        issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, pipe.stage()), tSrdP);
+        fwd::wait_full(smem.q_full[q_pipe.stage()], q_pipe.phase());
+        issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, q_pipe.stage()), tSrS);
       };
-      // One step. With kPrefetch, the next step's S^T and dP^T are issued before the last dQ
-      // chunk is handed off, so that the tensor cores run through the hand-off; they are
-      // waited for before the loop turns (a GEMM in flight across the back edge makes ptxas
-      // serialize every WGMMA, C7514). The last step is a separate instance so that the number
-      // of GEMM batches in flight never depends on a branch (C7518).
+      auto issue_dpt = [&](int salt) {
+        auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
+            wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
+        fwd::wait_full(smem.do_full[do_pipe.stage()], do_pipe.phase());
+        issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, do_pipe.stage()), tSrdP);
+      };
+      // What a step prefetches for the next: S^T, and dP^T too where dO has as many stages as Q.
+      constexpr int kPrefetched = T::kPrefetchDpT ? 2 : 1;
+      auto issue_prefetch = [&](int salt) {
+        issue_st(salt);
+        if constexpr (T::kPrefetchDpT) issue_dpt(salt);
+      };
+      // One step. With kPrefetch, the next step's S^T (and dP^T, kPrefetchDpT) are issued before
+      // the last dQ chunk is handed off, so that the tensor cores run through the hand-off; they
+      // are waited for before the loop turns (a GEMM in flight across the back edge makes ptxas
+      // serialize every WGMMA, C7514). Without kPrefetchDpT, dP^T is issued at the step's start
+      // and runs under the exps. The last step is a separate instance so that the number of
+      // GEMM batches in flight never depends on a branch (C7518).
       auto step = [&](int i, auto prefetch) {
         constexpr bool kPrefetch = decltype(prefetch)::value;
-        const int s = pipe.stage(), m = cur.m;
+        const int qs = q_pipe.stage(), ds = do_pipe.stage(), m = cur.m;
         const int salt = i & p.opaque_zero;
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
             wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
         if constexpr (!kOverlapSteps) {
-          issue_scores(salt);
+          issue_st(salt);
+          issue_dpt(salt);
           warpgroup_wait<1>();  // S^T is ready; dP^T may still run
-        }  // else both completed in the previous step (or the prologue)
+        } else if constexpr (!T::kPrefetchDpT) {
+          issue_dpt(salt);  // S^T completed in the previous step (or the prologue)
+        }  // else both did
         warpgroup_fence_operand(tSrS);
-        scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[s]);
+        scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[qs]);
         Tensor tSrP16 = make_tensor<Element>(LayoutS{});  // accumulator order
         convert_into(tSrS, tSrP16);
         // With one P/dS buffer, both warpgroups' GEMMs of the previous step must be done
@@ -143,9 +160,9 @@ struct BwdWideConsumer {
         if constexpr (T::kPdsBuffers == 1) named_barrier_sync(kPdsFreeBarrier, T::kNumConsumerThreads);
         copy(st_copy, st_thr.retile_S(tSrP16), tPsP(_, _, _, buf));
 
-        if constexpr (!kOverlapSteps) warpgroup_wait<0>();
+        if constexpr (!kOverlapSteps || !T::kPrefetchDpT) warpgroup_wait<0>();
         warpgroup_fence_operand(tSrdP);
-        probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[s], smem.lse_log2[s]);
+        probs_to_dscores(p, tSrP16, tSrdP, tScS, smem.dsum[ds], smem.lse_log2[qs]);
         Tensor tSrdS16 = make_tensor<Element>(LayoutS{});
         convert_into(tSrdP, tSrdS16);
         copy(st_copy, st_thr.retile_S(tSrdS16), tdSsdS(_, _, _, buf));
@@ -155,8 +172,8 @@ struct BwdWideConsumer {
         auto tdVsPt_buf = tdVsPt(_, _, _, buf);  // lvalues: issue_wgmma takes A by reference
         auto tdKsdSt_buf = tdKsdSt(_, _, _, buf);
         auto tdQsdS_buf = tdQsdS(_, _, _, buf);
-        issue_wgmma<false, false>(mma_dkv, tdVsPt_buf, tdVsdOt(_, _, _, s), tdVrdV);
-        issue_wgmma<false, false>(mma_dkv, tdKsdSt_buf, tdKsQt(_, _, _, s), tdKrdK);
+        issue_wgmma<false, false>(mma_dkv, tdVsPt_buf, tdVsdOt(_, _, _, ds), tdVrdV);
+        issue_wgmma<false, false>(mma_dkv, tdKsdSt_buf, tdKsQt(_, _, _, qs), tdKrdK);
         for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
           auto tdQrdQ_c = tdQrdQ(_, _, _, c);
           issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks + c, mma_dq),
@@ -164,19 +181,21 @@ struct BwdWideConsumer {
         });
         if constexpr (T::kPdsBuffers == 2) buf ^= 1;
 
-        // dV and dK (the last readers of this Q/dO stage) complete before the dQ chunks.
+        // dV and dK (the last readers of this Q and dO stage) complete before the dQ chunks.
         warpgroup_wait<kDqChunks>();
         warpgroup_fence_operand(tdVrdV);
         warpgroup_fence_operand(tdKrdK);
-        fwd::release(smem.qdo_empty[s]);
-        pipe.advance();
+        fwd::release(smem.do_empty[ds]);
+        fwd::release(smem.q_empty[qs]);
+        q_pipe.advance();
+        do_pipe.advance();
         cur.advance();
         // Each chunk goes to the writer as soon as its GEMM is done; the later ones run meanwhile.
         for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
           constexpr int kLater = kDqChunks - 1 - decltype(c)::value;  // dQ GEMMs issued after this one
           if constexpr (kPrefetch && kLater == 0) {
-            issue_scores(salt);
-            warpgroup_wait<2>();
+            issue_prefetch(salt);
+            warpgroup_wait<kPrefetched>();
           } else {
             warpgroup_wait<kLater>();
           }
@@ -187,7 +206,7 @@ struct BwdWideConsumer {
         if constexpr (kPrefetch) warpgroup_wait<0>();
       };
       if constexpr (kOverlapSteps) {
-        issue_scores(0);
+        issue_prefetch(0);
         warpgroup_wait<0>();
         for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{});
         step(steps - 1, cute::false_type{});

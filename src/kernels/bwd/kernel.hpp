@@ -19,16 +19,27 @@
 
 namespace hopattn::kernels::bwd {
 
-template <class Storage, int kStages>
-__device__ __forceinline__ void init_bwd_barriers(Storage& smem, int num_consumer_threads) {
+template <class T>
+__device__ __forceinline__ void init_bwd_barriers(typename T::SharedStorage& smem, int num_consumer_threads) {
   using fwd::EmptyBarrier;
   using fwd::FullBarrier;
   FullBarrier::init(&smem.kv_full, 1);
   EmptyBarrier::init(&smem.kv_empty, num_consumer_threads);
-  for (int s = 0; s < kStages; ++s) {
-    FullBarrier::init(&smem.q_full[s], 1);
-    FullBarrier::init(&smem.do_full[s], 1);
-    EmptyBarrier::init(&smem.qdo_empty[s], num_consumer_threads);
+  if constexpr (T::kSplitQdoRings) {
+    for (int s = 0; s < T::kQStages; ++s) {
+      FullBarrier::init(&smem.q_full[s], 1);
+      EmptyBarrier::init(&smem.q_empty[s], num_consumer_threads);
+    }
+    for (int s = 0; s < T::kDoStages; ++s) {
+      FullBarrier::init(&smem.do_full[s], 1);
+      EmptyBarrier::init(&smem.do_empty[s], num_consumer_threads);
+    }
+  } else {
+    for (int s = 0; s < T::kStages; ++s) {
+      FullBarrier::init(&smem.q_full[s], 1);
+      FullBarrier::init(&smem.do_full[s], 1);
+      EmptyBarrier::init(&smem.qdo_empty[s], num_consumer_threads);
+    }
   }
   EmptyBarrier::init(&smem.dq_full, num_consumer_threads);  // every consumer has stored its dQ
   EmptyBarrier::init(&smem.dq_empty, 1);   // the writer arrives once its copy has read them
@@ -44,7 +55,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   const int warpgroup = warp / 4;
 
   if (warp == 0 && cute::elect_one_sync()) {
-    init_bwd_barriers<typename T::SharedStorage, T::kStages>(smem, T::kNumConsumerThreads);
+    init_bwd_barriers<T>(smem, T::kNumConsumerThreads);
     smem.tile_counter = p.tile_counter;
     if constexpr (T::kLagDq) {  // the dS barriers of the lagged schedule (consumer.hpp)
       for (int b = 0; b < 2; ++b) {

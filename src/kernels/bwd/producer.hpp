@@ -1,5 +1,6 @@
 // The load warp (warpgroup 0, warp 0, one elected thread): per tile, K and V once; then per step
-// Q, dO (TMA) and the step's lse_log2 and dsum rows (1-D bulk copies) into a kStages ring.
+// Q, dO (TMA) and the step's lse_log2 and dsum rows (1-D bulk copies) into the step rings
+// (StepLoadRings: one ring for both, or one each where Q has more stages than dO).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -30,6 +31,38 @@ __device__ __forceinline__ int claim_and_publish(Storage& smem, fwd::TileRingSta
   return next;
 }
 
+// The producer's positions in the Q and dO rings of the steps: one ring with one empty barrier
+// per stage (qdo_empty), or, with T::kSplitQdoRings, a ring each (q_empty, do_empty). acquire_*
+// waits until the next slot is free and returns its stage.
+template <class T, bool kSplit = T::kSplitQdoRings>
+struct StepLoadRings {
+  PackedPipeState<T::kStages> pipe;
+  __device__ __forceinline__ int acquire_q(typename T::SharedStorage& smem) {
+    wait_empty(smem.qdo_empty[pipe.stage()], pipe.phase());
+    return pipe.stage();
+  }
+  __device__ __forceinline__ int acquire_do(typename T::SharedStorage&) { return pipe.stage(); }
+  __device__ __forceinline__ void advance() { pipe.advance(); }
+};
+
+template <class T>
+struct StepLoadRings<T, true> {
+  PackedPipeState<T::kQStages> q;
+  PackedPipeState<T::kDoStages> dout;
+  __device__ __forceinline__ int acquire_q(typename T::SharedStorage& smem) {
+    wait_empty(smem.q_empty[q.stage()], q.phase());
+    return q.stage();
+  }
+  __device__ __forceinline__ int acquire_do(typename T::SharedStorage& smem) {
+    wait_empty(smem.do_empty[dout.stage()], dout.phase());
+    return dout.stage();
+  }
+  __device__ __forceinline__ void advance() {
+    q.advance();
+    dout.advance();
+  }
+};
+
 template <class T>
 __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                   const fwd::TileScheduler& sched) {
@@ -45,7 +78,7 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
   const bool varlen = p.cu_seqlens_q != nullptr;
 
   // One-register ring positions: warpgroup 0 runs in few registers (traits.hpp).
-  PackedPipeState<T::kStages> pipe;
+  StepLoadRings<T> rings;
   PackedPipeState<1> kv_pipe;
   fwd::TileRingState ring;
   // The next tile is claimed and published once this tile's loads are issued, not before them:
@@ -81,15 +114,15 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
       // Not unrolled: in warpgroup 0's few registers, an unrolled copy of this loop spills.
 #pragma unroll 1
       for (int m = w.m_begin; m < w.m_end; ++m) {
-        const int s = pipe.stage();
-        wait_empty(smem.qdo_empty[s], pipe.phase());
-        expect_bytes(smem.q_full[s], T::kBytesQ + T::kBytesRowStats);
-        copy(p.tma_q.with(smem.q_full[s]), get<0>(q_views)(_, m), get<1>(q_views)(_, s));
-        bulk_load(smem.lse_log2[s], p.lse_log2 + stats_head + m * T::kBlockM, T::kBytesRowStats, smem.q_full[s]);
-        expect_bytes(smem.do_full[s], T::kBytesQ + T::kBytesRowStats);
-        copy(p.tma_do.with(smem.do_full[s]), get<0>(do_views)(_, m), get<1>(do_views)(_, s));
-        bulk_load(smem.dsum[s], p.dsum + stats_head + m * T::kBlockM, T::kBytesRowStats, smem.do_full[s]);
-        pipe.advance();
+        const int qs = rings.acquire_q(smem);
+        expect_bytes(smem.q_full[qs], T::kBytesQ + T::kBytesRowStats);
+        copy(p.tma_q.with(smem.q_full[qs]), get<0>(q_views)(_, m), get<1>(q_views)(_, qs));
+        bulk_load(smem.lse_log2[qs], p.lse_log2 + stats_head + m * T::kBlockM, T::kBytesRowStats, smem.q_full[qs]);
+        const int ds = rings.acquire_do(smem);
+        expect_bytes(smem.do_full[ds], T::kBytesQ + T::kBytesRowStats);
+        copy(p.tma_do.with(smem.do_full[ds]), get<0>(do_views)(_, m), get<1>(do_views)(_, ds));
+        bulk_load(smem.dsum[ds], p.dsum + stats_head + m * T::kBlockM, T::kBytesRowStats, smem.do_full[ds]);
+        rings.advance();
       }
     }
   }

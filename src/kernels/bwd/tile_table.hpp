@@ -22,13 +22,13 @@
 
 namespace hopattn::kernels::bwd {
 
-// Experiments may override the wide shapes as three digits, stages / dQ chunks / P-dS buffers:
-// -DHOPATTN_BWD256_SHAPE=241 (nvcc splits -D values at commas).
+// Experiments may override the wide shapes as four digits, Q stages / dO stages / dQ chunks /
+// P-dS buffers: -DHOPATTN_BWD256_SHAPE=1122 (nvcc splits -D values at commas).
 #ifndef HOPATTN_BWD256_SHAPE
-#define HOPATTN_BWD256_SHAPE 122
+#define HOPATTN_BWD256_SHAPE 2122
 #endif
 #ifndef HOPATTN_BWD192_SHAPE
-#define HOPATTN_BWD192_SHAPE 212
+#define HOPATTN_BWD192_SHAPE 2212
 #endif
 // Query rows per step of the d64 kernel (experiments: -DHOPATTN_BWD64_BLOCK_M=64).
 #ifndef HOPATTN_BWD64_BLOCK_M
@@ -39,7 +39,8 @@ namespace hopattn::kernels::bwd {
 #define HOPATTN_BWD128_BLOCK_M 64
 #endif
 template <class Element, int kHeadDim, int kShape>
-using WideBwdTraits = BwdWideTraits<Element, kHeadDim, kShape / 100, kShape / 10 % 10, kShape % 10>;
+using WideBwdTraits =
+    BwdWideTraits<Element, kHeadDim, kShape / 1000, kShape / 100 % 10, kShape / 10 % 10, kShape % 10>;
 
 template <class Element, int kHeadDim>
 using DefaultBwdTraits =

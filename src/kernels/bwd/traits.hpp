@@ -48,6 +48,9 @@ struct BwdTraits {
   static constexpr int kBlockM = kBlockM_;  // query rows per step
   static constexpr int kBlockN = kBlockN_;  // keys per CTA tile
   static constexpr int kStages = kStages_;  // depth of the Q / dO ring
+  // One ring for Q and dO (one empty barrier per stage, qdo_empty); the wide kernel may give Q
+  // more stages than dO (traits_wide.hpp, kSplitQdoRings).
+  static constexpr bool kSplitQdoRings = false;
 
   // Warpgroup 0: warp 0 loads (TMA), warp 1 writes dQ. Warpgroups 1..: consumers, 64 keys each.
   static constexpr int kNumConsumerWgs = kBlockN / 64;

@@ -11,7 +11,7 @@
 //
 // Per consumer thread: dK, dV 2 x d/4 registers, S^T and dP^T 16 each, dQ d/4. P^T and dS^T go
 // through shared memory (stmatrix) because each warpgroup's dK/dV GEMM needs the scores of both
-// warpgroups' queries. Stages, dQ chunks and P/dS buffers: tile_table.hpp.
+// warpgroups' queries. Q and dO stages, dQ chunks and P/dS buffers: tile_table.hpp.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -26,13 +26,22 @@ namespace hopattn::kernels::bwd {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kStages_, int kDqChunks_, int kPdsBuffers_>
+template <class Element_, int kHeadDim_, int kQStages_, int kDoStages_, int kDqChunks_, int kPdsBuffers_>
 struct BwdWideTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;  // query rows per step
   static constexpr int kBlockN = 64;  // keys per CTA tile
-  static constexpr int kStages = kStages_;  // depth of the Q / dO ring
+  // Q and dO have rings of their own (q_full / q_empty, do_full / do_empty): at d = 256 two Q
+  // stages fit next to one dO stage, so that the next step's S^T (Q only) can be issued under
+  // the dQ hand-off while dO, which lands later, is needed only by the step's dP^T.
+  static constexpr bool kSplitQdoRings = true;
+  static constexpr int kQStages = kQStages_;
+  static constexpr int kDoStages = kDoStages_;
+  static_assert(kQStages >= kDoStages, "Q is read first in a step: it never has fewer stages than dO");
+  // The next step's dP^T is prefetched with its S^T only where dO has as many stages as Q
+  // (consumer_wide.hpp); otherwise it is issued at the step's start.
+  static constexpr bool kPrefetchDpT = kQStages == kDoStages;
   static constexpr bool kSplitHeadDim = true;
   static constexpr bool kLagDq = false;  // the narrow consumer's schedule (traits.hpp)
 
@@ -87,16 +96,19 @@ struct BwdWideTraits {
   // Swizzle atoms must not straddle the column ranges a warpgroup's GEMM reads: Q and dO are
   // split in halves (dK, dV), K in dQ chunks.
   using SmemLayoutQ = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kHalfDim>(),
-                                             Shape<Int<kBlockM>, Int<kHeadDim>, Int<kStages>>{}));
-  using SmemLayoutdO = SmemLayoutQ;
+                                             Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQStages>>{}));
+  using SmemLayoutdO = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kHalfDim>(),
+                                              Shape<Int<kBlockM>, Int<kHeadDim>, Int<kDoStages>>{}));
   using SmemLayoutK = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kDqChunkCols>(),
                                              Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutV = decltype(tile_to_shape(fwd::k_major_smem_atom<Element, kHeadDim>(),
                                              Shape<Int<kBlockN>, Int<kHeadDim>>{}));
   using SmemLayoutQt = decltype(composition(
-      SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kStages>>{},
+      SmemLayoutQ{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kQStages>>{},
                                  Stride<Int<kBlockM>, _1, Int<kHeadDim * kBlockM>>{})));
-  using SmemLayoutdOt = SmemLayoutQt;
+  using SmemLayoutdOt = decltype(composition(
+      SmemLayoutdO{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockM>, Int<kDoStages>>{},
+                                  Stride<Int<kBlockM>, _1, Int<kHeadDim * kBlockM>>{})));
   using SmemLayoutKt = decltype(composition(
       SmemLayoutK{}, make_layout(Shape<Int<kHeadDim>, Int<kBlockN>>{}, Stride<Int<kBlockN>, _1>{})));
   // P^T and dS^T: (keys, queries, buffer), queries contiguous: the K-major A operand of the
@@ -133,10 +145,10 @@ struct BwdWideTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> ds;
     // One dQ chunk of the block in the consumers' register order (dq_writer.hpp).
     alignas(128) float dq[kBlockM * kHeadDim / kDqChunks];
-    alignas(16) float lse_log2[kStages][kBlockM];
-    alignas(16) float dsum[kStages][kBlockM];
+    alignas(16) float lse_log2[kQStages][kBlockM];  // loaded with Q
+    alignas(16) float dsum[kDoStages][kBlockM];     // loaded with dO
     alignas(8) uint64_t kv_full, kv_empty;
-    uint64_t q_full[kStages], do_full[kStages], qdo_empty[kStages];
+    uint64_t q_full[kQStages], q_empty[kQStages], do_full[kDoStages], do_empty[kDoStages];
     uint64_t dq_full, dq_empty;
     fwd::TileRing tiles;
     WriterTile writer_tile;  // deterministic mode only (traits.hpp)

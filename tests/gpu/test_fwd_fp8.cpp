@@ -222,6 +222,8 @@ TEST_P(Fp8FwdTest, WithinE4m3RoundingBound) {
     plan = plan_fwd(p, query_device());
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kNotSupported) GTEST_SKIP() << "not in this build: " << e.what();
+    if (std::string(e.what()).find("no compiled forward kernel") != std::string::npos)
+      GTEST_SKIP() << "forced kernel not in this build: " << e.what();
     FAIL() << e.what();
   }
   DeviceBuffer ws(plan.workspace_bytes);

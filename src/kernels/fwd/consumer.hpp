@@ -334,8 +334,19 @@ struct Consumer {
       if (n_end > n_begin) {
         wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
         auto tSrQ_tile = tSrQ(_, _, _, q_pipe.stage);
-        o_units = mainloop(mma_qk, mma_pv, tSrQ_tile, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin,
-                           n_end);
+        // Q's operand for key block n. With kRebuildQDescriptor it is rebuilt for every block
+        // from a base ptxas cannot prove constant (offset by n & opaque_zero, always 0), instead
+        // of one descriptor held through the tile: at d64's three warpgroups with max-free
+        // blocks, that descriptor was the 12 B the kernel spilled (perf-log, session 22).
+        auto q_at = [&](int n) {
+          if constexpr (T::kRebuildQDescriptor) {
+            Tensor sQ_salted = make_tensor(make_smem_ptr(smem.q.data() + (n & p.opaque_zero)), typename T::SmemLayoutQ{});
+            return thr_qk.partition_fragment_A(sQ_salted)(_, _, _, q_pipe.stage);
+          } else {
+            return tSrQ_tile;
+          }
+        };
+        o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end);
       }
       Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid);
     }
@@ -384,7 +395,7 @@ struct Consumer {
 
   // Returns the V descale the output accumulator is expressed in (1 for 16-bit inputs).
   template <class MmaQK, class MmaPV, class TQ, class TK, class TV, class TC, class TO>
-  __device__ __forceinline__ float mainloop(MmaQK& mma_qk, MmaPV& mma_pv, TQ& tSrQ, TK& tSrK, TV& tOrVt,
+  __device__ __forceinline__ float mainloop(MmaQK& mma_qk, MmaPV& mma_pv, const TQ& q_at, TK& tSrK, TV& tOrVt,
                                            const TC& tScS, TO& tOrO, OnlineSoftmax<kRows>& softmax,
                                            const WindowMask<T::kBlockM, T::kBlockN>& mask, const TileCoord& c,
                                            const SeqInfo& si, int n_begin, int n_end) {
@@ -403,6 +414,7 @@ struct Consumer {
       // First block: S only.
       Tensor tSrS = scores();
       pingpong.acquire();
+      auto tSrQ = q_at(n_end - 1);
       issue_scores(mma_qk, tSrQ, tSrK, tSrS);
       pingpong.hand_over();
       read_key_descales(k_scale, v_block);
@@ -420,6 +432,7 @@ struct Consumer {
       for (int n = n_end - 2; n >= n_begin; --n) {
         Tensor tSrS_next = scores();
         pingpong.acquire();
+        auto tSrQ = q_at(n);
         issue_scores(mma_qk, tSrQ, tSrK, tSrS_next);
         rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
         issue_pv(mma_pv, tOrP, tOrVt, tOrO);
@@ -455,6 +468,7 @@ struct Consumer {
       for (int n = n_end - 1; n >= n_begin; --n) {
         Tensor tSrS = scores();
         pingpong.acquire();
+        auto tSrQ = q_at(n);
         issue_scores(mma_qk, tSrQ, tSrK, tSrS);
         pingpong.hand_over();
         read_key_descales(k_scale, v_block);

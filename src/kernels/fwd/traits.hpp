@@ -51,11 +51,19 @@ struct FwdTraits {
   // Experiments: -DHOPATTN_MAX_FREE_16BIT=0 (off everywhere) or 1 (on everywhere).
   static constexpr bool kMaxFreeBlocks =
       HOPATTN_MAX_FREE_16BIT >= 0 ? HOPATTN_MAX_FREE_16BIT != 0
-                                  : kHeadDim_ == 96 || kHeadDim_ == 128 || kHeadDim_ == 192;
+                                  : kHeadDim_ == 64 || kHeadDim_ == 96 || kHeadDim_ == 128 || kHeadDim_ == 192;
   // Where the rare score recompute runs (Consumer::scores_to_probs): inside the softmax, or
   // deferred until the wait for P V (then P's registers are free). d192 spills 44 bytes with
   // the first and none with the second; d96, d128 and FP8 (0.84-0.98 deferred) keep the first.
   static constexpr bool kRecomputeAfterPvWait = kHeadDim_ == 192;
+  // Rebuild Q's WGMMA descriptor for every key block (Consumer::run, q_at) instead of holding
+  // one per tile: the d64 kernel with three warpgroups at 160 registers spilled that pair with
+  // max-free blocks. HOPATTN_EXP_Q_DESC (experiment): 1 on everywhere, 0 off.
+#ifndef HOPATTN_EXP_Q_DESC
+#define HOPATTN_EXP_Q_DESC -1
+#endif
+  static constexpr bool kRebuildQDescriptor =
+      HOPATTN_EXP_Q_DESC >= 0 ? HOPATTN_EXP_Q_DESC != 0 : kMaxFreeBlocks && kBlockM_ == 192;
 
   // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
   static constexpr int kNumConsumerWgs = kBlockM / 64;

@@ -47,6 +47,7 @@ struct FwdFp8Traits {
   // -6..+7% at d256 against taking them (perf-log, session 14).
   static constexpr bool kMaxFreeBlocks = true;
   static constexpr bool kRecomputeAfterPvWait = false;  // deferred: d64 0.84-0.97 (traits.hpp)
+  static constexpr bool kRebuildQDescriptor = false;   // traits.hpp; no spill to remove here
   static_assert(kBlockN % 32 == 0, "FP8 P V consumes keys in k32 slices");
   static_assert(kBlockN == 128, "the V^T rows are one 128-byte swizzle row (v_transpose.hpp)");
   static_assert(kHeadDim % 16 == 0, "the transpose works on 16-column ranges of d");

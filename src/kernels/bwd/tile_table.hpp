@@ -6,11 +6,14 @@
 //   session 2 measured it slower, when the kernel still spilled hundreds of bytes).
 // * d = 192, 256: 64 x d FP32 dK and dV no longer fit per warpgroup; 64 keys per tile shared by
 //   both warpgroups, which split the head dim instead (traits_wide.hpp, consumer_wide.hpp).
-//   Measured on an H200 (docs/perf-log.md, session 9), as (stages, dQ chunks, P/dS buffers):
-//   d = 256 (1, 2, 2): K, V, Q, dO 32 KB each, two 8 KB P^T and dS^T buffers, dQ in two
-//   32 KB chunks: 192 KB. A second Q/dO stage only fits with dQ in four 16 KB chunks and one
-//   P/dS buffer, which measured 10-18% slower (with or without the second stage).
-//   d = 192 (2, 1, 2): 24 KB per Q/dO/K/V tile, dQ in one 48 KB chunk: 224 KB of the 227;
+//   Measured on an H200 (docs/perf-log.md, sessions 9 and 22), as (Q stages, dO stages, dQ
+//   chunks, P/dS buffers):
+//   d = 256 (2, 1, 2, 2): K, V, dO 32 KB each, Q 2 x 32 KB, two 8 KB P^T and dS^T buffers, dQ in
+//   two 32 KB chunks: 224 KB. The second Q stage lets the next step's S^T run under the dQ
+//   hand-off while dO lands (dP^T is issued at the step's start): +1.8..6.8% against one stage
+//   of each (session 22). A second stage of both only fits with dQ in four 16 KB chunks and
+//   one P/dS buffer, which measured 10-18% slower (session 9).
+//   d = 192 (2, 2, 1, 2): 24 KB per Q/dO/K/V tile, dQ in one 48 KB chunk: 224 KB of the 227;
 //   with one stage the next step's S^T cannot be issued under the dQ hand-off (its Q is not
 //   loaded yet): 2-10% slower, but 10% faster at seqlen 1024 (not understood).
 #pragma once

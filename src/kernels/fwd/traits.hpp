@@ -45,9 +45,10 @@ struct FwdTraits {
   static constexpr bool kSkipIdleWarpgroups = true;
   // Blocks after a tile's first run their exps against the kept row offsets without taking the
   // block's row maxima (OnlineSoftmax, "max-free blocks"). Measured (perf-log, session 15): d96
-  // and d128 gain 1..7%, d192 1..7% with the recompute after the wait for P V (below); d64
-  // (three warpgroups at 160 registers) and d256 spill 8-28 bytes with the recompute path in
-  // either place, and d256 loses 7-10% at 1k-2k, so they keep the row maxima.
+  // and d128 gain 1..7%, d192 1..7% with the recompute after the wait for P V (below); d256
+  // spills 28 bytes and loses 7-10% at 1k-2k, so it keeps the row maxima. d64 since session 22:
+  // +4..10% unmasked, +0..6% causal (H200); its three-warpgroup kernel spilled Q's descriptor
+  // until it was rebuilt per block (kRebuildQDescriptor).
   // Experiments: -DHOPATTN_MAX_FREE_16BIT=0 (off everywhere) or 1 (on everywhere).
   static constexpr bool kMaxFreeBlocks =
       HOPATTN_MAX_FREE_16BIT >= 0 ? HOPATTN_MAX_FREE_16BIT != 0
@@ -57,8 +58,9 @@ struct FwdTraits {
   // the first and none with the second; d96, d128 and FP8 (0.84-0.98 deferred) keep the first.
   static constexpr bool kRecomputeAfterPvWait = kHeadDim_ == 192;
   // Rebuild Q's WGMMA descriptor for every key block (Consumer::run, q_at) instead of holding
-  // one per tile: the d64 kernel with three warpgroups at 160 registers spilled that pair with
-  // max-free blocks. HOPATTN_EXP_Q_DESC (experiment): 1 on everywhere, 0 off.
+  // one per tile: the d64 kernel with three warpgroups at 160 registers spilled it (12 B, one
+  // reload per block) with max-free blocks, and spills nothing this way. Only there, so that the
+  // other kernels' SASS stays as measured. HOPATTN_EXP_Q_DESC (experiment): 1 on everywhere, 0 off.
 #ifndef HOPATTN_EXP_Q_DESC
 #define HOPATTN_EXP_Q_DESC -1
 #endif

@@ -6,12 +6,15 @@
 //   hopattn-bench [--batch --seqlen-q --seqlen-k --nheads --nheads-k --hdim --hdim-v --causal
 //                  --window-left --window-right --softcap --dtype --direction]  one shape
 //   common: --warmup --reps --seed --device --json out.json
+//   variants of each shape, timed in 3 rounds of rotated order (median of the rounds):
+//          --kernels a,b  --l2-section-pairs 0,16  --lag-dq-min-steps 2,3
 //
 // Exit status: 0 when every case ran or was reported "not supported"; 1 on any other library
 // or CUDA error (results so far are still written to --json); 2 on bad command-line values.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -160,16 +163,17 @@ std::vector<Case> single_shape_cases(const CliOptions& o) {
 }
 
 // One case per (kernel, L2 section) of --kernels x --l2-section-pairs for each forward case, and
-// per L2 section for each backward case, in a row, so that the variants of a shape are timed back
-// to back.
-std::vector<Case> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
+// per (L2 section, lag threshold) for each backward case: the variants of one shape, one group
+// each (run_all times a group's variants in rotated order).
+std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
   const std::vector<std::string> no_kernel{""};  // the dispatcher's choice
   const std::vector<std::string>& kernels = o.kernels.empty() ? no_kernel : o.kernels;
   const std::vector<int32_t> sections = o.l2_section_pairs.empty() ? std::vector<int32_t>{0} : o.l2_section_pairs;
   const std::vector<int32_t> no_lag{0};
   const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? no_lag : o.lag_dq_min_steps;
-  std::vector<Case> out;
-  for (const Case& c : cases)
+  std::vector<std::vector<Case>> out;
+  for (const Case& c : cases) {
+    std::vector<Case>& group = out.emplace_back();
     for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
       for (int32_t s : sections)
         for (int32_t lag : c.direction == Direction::kBwd ? lags : no_lag) {
@@ -177,8 +181,47 @@ std::vector<Case> expand_experiments(const std::vector<Case>& cases, const CliOp
           v.kernel = k;
           v.l2_section_pairs = s;
           v.lag_dq_min_steps = lag;
-          out.push_back(v);
+          group.push_back(v);
         }
+  }
+  return out;
+}
+
+// Rounds in which the variants of one shape are timed, each round starting one variant later.
+// The first case a process times runs faster than the next ones (up to 7% at bwd d64 causal 4k
+// on an H200, clocks: perf-log session 22), which a fixed order would give to one variant.
+constexpr int kVariantRounds = 3;
+
+// One result from a variant's rounds: the median of the rounds' medians.
+CaseResult combine_rounds(const std::vector<CaseResult>& rounds) {
+  CaseResult r = rounds.front();
+  if (!r.supported) return r;
+  std::vector<double> medians;
+  for (const CaseResult& x : rounds) {
+    medians.push_back(x.timing.median_ms);
+    r.timing.min_ms = std::min(r.timing.min_ms, x.timing.min_ms);
+    r.timing.max_ms = std::max(r.timing.max_ms, x.timing.max_ms);
+  }
+  std::sort(medians.begin(), medians.end());
+  r.timing.median_ms = medians[medians.size() / 2];
+  r.timing.reps = r.timing.reps * static_cast<int>(rounds.size());
+  r.tflops = r.timing.median_ms > 0 ? r.flops / (r.timing.median_ms * 1e9) : 0.0;
+  return r;
+}
+
+// The results of one group in its own order: a single case timed once; several variants in
+// kVariantRounds rotated rounds.
+std::vector<CaseResult> time_group(const std::vector<Case>& group, const BenchContext& ctx) {
+  const size_t n = group.size();
+  if (n == 1) return {run_case(group.front(), ctx)};
+  std::vector<std::vector<CaseResult>> rounds(n);
+  for (int round = 0; round < kVariantRounds; ++round)
+    for (size_t i = 0; i < n; ++i) {
+      const size_t v = (i + static_cast<size_t>(round)) % n;
+      rounds[v].push_back(run_case(group[v], ctx));
+    }
+  std::vector<CaseResult> out;
+  for (const std::vector<CaseResult>& r : rounds) out.push_back(combine_rounds(r));
   return out;
 }
 
@@ -226,14 +269,16 @@ void print_table2_reference() {
 }
 
 // Runs every case; on a fatal error the records so far are still written, then it rethrows.
-void run_all(const std::vector<Case>& cases, const BenchContext& ctx, const std::string& json_path) {
+void run_all(const std::vector<std::vector<Case>>& groups, const BenchContext& ctx, const std::string& json_path) {
   TablePrinter table;
   nlohmann::ordered_json records = nlohmann::ordered_json::array();
   try {
-    for (const Case& c : cases) {
-      const CaseResult r = run_case(c, ctx);
-      table.print(c, r);
-      records.push_back(json_record(c, r, ctx));
+    for (const std::vector<Case>& group : groups) {
+      const std::vector<CaseResult> results = time_group(group, ctx);
+      for (size_t i = 0; i < group.size(); ++i) {
+        table.print(group[i], results[i]);
+        records.push_back(json_record(group[i], results[i], ctx));
+      }
     }
   } catch (...) {
     if (!json_path.empty() && !records.empty()) {
@@ -250,7 +295,7 @@ void run_all(const std::vector<Case>& cases, const BenchContext& ctx, const std:
 }
 
 int run(const CliOptions& o) {
-  std::vector<Case> cases;
+  std::vector<std::vector<Case>> cases;
   try {
     cases = expand_experiments(build_cases(o), o);
   } catch (const std::invalid_argument& e) {

@@ -55,6 +55,15 @@ CUTLASS_DEVICE T* opaque_here(T* ptr) {
   return ptr;
 }
 
+// The same integer, but one the compiler cannot rewrite as an expression of its operands: a
+// comparison of a constant with it stays a comparison with an immediate (the forward's mask
+// bounds; without it the compiler moved a per-thread term back to the constant's side, one add
+// per column).
+CUTLASS_DEVICE int opaque_int(int v) {
+  asm("mov.b32 %0, %0;" : "+r"(v));
+  return v;
+}
+
 // WGMMA accumulator fragment ((2, 2, N/8), MMA_M, MMA_N) seen as a (rows, cols) matrix:
 // rows = (2 row halves, MMA_M), cols = (2 adjacent cols, N/8 col groups, MMA_N).
 template <class Layout>

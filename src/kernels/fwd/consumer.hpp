@@ -92,7 +92,7 @@ struct Consumer {
     }
     if (mask.block_needs_mask(m_block, n)) {
       Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
-      mask.apply(s_rc, c_rc, m_block, n);
+      mask.template apply<T::kRelativeMaskBounds>(s_rc, c_rc, m_block, n);
     }
   }
 

@@ -7,6 +7,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/common/device_utils.hpp"
+
 namespace hopattn::kernels::fwd {
 
 template <int kBlockM, int kBlockN>
@@ -43,23 +45,60 @@ struct WindowMask {
 
   // Sets masked scores to -inf. s_rc and coord_rc are the (rows, cols) views of the score
   // accumulator and of the identity tensor partitioned like it (tile-local coordinates).
-  template <class TensorS, class TensorC>
+  // kRelativeBounds: a thread's columns in a row are its first column plus compile-time offsets,
+  // so the bounds are made relative to that column once per row (opaque_int keeps them there)
+  // and each element costs a compare against an immediate and a select (two compares with a
+  // left window bound), where absolute columns cost an add per column and two compares per
+  // element: +2..4% on masked blocks (perf-log, session 22). It costs a few registers, so the
+  // traits choose it per kernel (FwdTraits::kRelativeMaskBounds).
+  template <bool kRelativeBounds, class TensorS, class TensorC>
   __device__ __forceinline__ void apply(TensorS& s_rc, const TensorC& coord_rc, int m_block,
                                         int n_block) const {
     using namespace cute;
     const int shift = seqlen_k - seqlen_q;
     const int row0 = m_block * kBlockM;
     const int col0 = n_block * kBlockN;
-    CUTE_UNROLL
-    for (int i = 0; i < size<0>(s_rc); ++i) {
-      const int row = row0 + get<0>(coord_rc(i, 0));
-      int hi = seqlen_k;  // exclusive
-      if (window_right >= 0) hi = min(hi, row + shift + window_right + 1);
-      const int lo = window_left >= 0 ? row + shift - window_left : 0;  // inclusive
+    if constexpr (kRelativeBounds) {
+      if (window_left < 0) {
+        CUTE_UNROLL
+        for (int i = 0; i < size<0>(s_rc); ++i) {
+          const int row = row0 + get<0>(coord_rc(i, 0));
+          const int first = get<1>(coord_rc(i, 0));
+          int hi = seqlen_k;  // exclusive
+          if (window_right >= 0) hi = min(hi, row + shift + window_right + 1);
+          const int hi_rel = opaque_int(hi - col0 - first);
+          CUTE_UNROLL
+          for (int j = 0; j < size<1>(s_rc); ++j)
+            if (get<1>(coord_rc(i, j)) - first >= hi_rel) s_rc(i, j) = -INFINITY;
+        }
+      } else {
+        CUTE_UNROLL
+        for (int i = 0; i < size<0>(s_rc); ++i) {
+          const int row = row0 + get<0>(coord_rc(i, 0));
+          const int first = get<1>(coord_rc(i, 0));
+          int hi = seqlen_k;  // exclusive
+          if (window_right >= 0) hi = min(hi, row + shift + window_right + 1);
+          const int hi_rel = opaque_int(hi - col0 - first);
+          const int lo_rel = opaque_int(row + shift - window_left - col0 - first);  // inclusive
+          CUTE_UNROLL
+          for (int j = 0; j < size<1>(s_rc); ++j) {
+            const int c = get<1>(coord_rc(i, j)) - first;  // a compile-time constant
+            if (c >= hi_rel || c < lo_rel) s_rc(i, j) = -INFINITY;
+          }
+        }
+      }
+    } else {
       CUTE_UNROLL
-      for (int j = 0; j < size<1>(s_rc); ++j) {
-        const int col = col0 + get<1>(coord_rc(i, j));
-        if (col >= hi || col < lo) s_rc(i, j) = -INFINITY;
+      for (int i = 0; i < size<0>(s_rc); ++i) {
+        const int row = row0 + get<0>(coord_rc(i, 0));
+        int hi = seqlen_k;  // exclusive
+        if (window_right >= 0) hi = min(hi, row + shift + window_right + 1);
+        const int lo = window_left >= 0 ? row + shift - window_left : 0;  // inclusive
+        CUTE_UNROLL
+        for (int j = 0; j < size<1>(s_rc); ++j) {
+          const int col = col0 + get<1>(coord_rc(i, j));
+          if (col >= hi || col < lo) s_rc(i, j) = -INFINITY;
+        }
       }
     }
   }

@@ -69,6 +69,12 @@ struct FwdTraits {
 
   // Warpgroup 0 is the producer (TMA), warpgroups 1.. are the consumers (WGMMA + softmax).
   static constexpr int kNumConsumerWgs = kBlockM / 64;
+  // The element-wise mask with bounds relative to each thread's first column (WindowMask::apply):
+  // +2..4% on masked blocks of the d64 and d128 kernels with two consumer warpgroups (H200,
+  // perf-log session 22). The d64 kernel with three (160 registers) spilled 4 B with it; d96,
+  // d192 and d256 compile without spills but have not run it on a GPU yet: they keep the
+  // absolute form until they have.
+  static constexpr bool kRelativeMaskBounds = kNumConsumerWgs == 2 && (kHeadDim_ == 64 || kHeadDim_ == 128);
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumProducerThreads = 128;  // one elected thread works
   static constexpr int kNumTransposeThreads = 0;   // FP8 only (traits_fp8.hpp)

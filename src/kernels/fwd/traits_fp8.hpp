@@ -54,6 +54,9 @@ struct FwdFp8Traits {
 
   static constexpr int kNumConsumerWgs = kBlockM / 64;
   static_assert(kNumConsumerWgs == 2 || kNumConsumerWgs == 3, "2 or 3 consumer warpgroups");
+  // WindowMask::apply's relative form (traits.hpp), run at d = 64 and 128 (session 22); d = 256
+  // (4 B of spills already) keeps the absolute one.
+  static constexpr bool kRelativeMaskBounds = kHeadDim < 256;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumProducerThreads = 128;  // warp 0 loads, warps 1..3 transpose V
   static constexpr int kNumTransposeThreads = 96;

@@ -59,34 +59,8 @@ struct WindowMask {
     const int row0 = m_block * kBlockM;
     const int col0 = n_block * kBlockN;
     if constexpr (kRelativeBounds) {
-      if (window_left < 0) {
-        CUTE_UNROLL
-        for (int i = 0; i < size<0>(s_rc); ++i) {
-          const int row = row0 + get<0>(coord_rc(i, 0));
-          const int first = get<1>(coord_rc(i, 0));
-          int hi = seqlen_k;  // exclusive
-          if (window_right >= 0) hi = min(hi, row + shift + window_right + 1);
-          const int hi_rel = opaque_int(hi - col0 - first);
-          CUTE_UNROLL
-          for (int j = 0; j < size<1>(s_rc); ++j)
-            if (get<1>(coord_rc(i, j)) - first >= hi_rel) s_rc(i, j) = -INFINITY;
-        }
-      } else {
-        CUTE_UNROLL
-        for (int i = 0; i < size<0>(s_rc); ++i) {
-          const int row = row0 + get<0>(coord_rc(i, 0));
-          const int first = get<1>(coord_rc(i, 0));
-          int hi = seqlen_k;  // exclusive
-          if (window_right >= 0) hi = min(hi, row + shift + window_right + 1);
-          const int hi_rel = opaque_int(hi - col0 - first);
-          const int lo_rel = opaque_int(row + shift - window_left - col0 - first);  // inclusive
-          CUTE_UNROLL
-          for (int j = 0; j < size<1>(s_rc); ++j) {
-            const int c = get<1>(coord_rc(i, j)) - first;  // a compile-time constant
-            if (c >= hi_rel || c < lo_rel) s_rc(i, j) = -INFINITY;
-          }
-        }
-      }
+      if (window_left < 0) apply_relative<false>(s_rc, coord_rc, row0, col0, shift);
+      else apply_relative<true>(s_rc, coord_rc, row0, col0, shift);
     } else {
       CUTE_UNROLL
       for (int i = 0; i < size<0>(s_rc); ++i) {
@@ -99,6 +73,28 @@ struct WindowMask {
           const int col = col0 + get<1>(coord_rc(i, j));
           if (col >= hi || col < lo) s_rc(i, j) = -INFINITY;
         }
+      }
+    }
+  }
+
+ private:
+  // apply's relative form; kLeftBound: the window has a left bound (a second compare per score).
+  template <bool kLeftBound, class TensorS, class TensorC>
+  __device__ __forceinline__ void apply_relative(TensorS& s_rc, const TensorC& coord_rc, int row0, int col0,
+                                                 int shift) const {
+    using namespace cute;
+    CUTE_UNROLL
+    for (int i = 0; i < size<0>(s_rc); ++i) {
+      const int row = row0 + get<0>(coord_rc(i, 0));
+      const int first = get<1>(coord_rc(i, 0));
+      int hi = seqlen_k;  // exclusive
+      if (window_right >= 0) hi = min(hi, row + shift + window_right + 1);
+      const int hi_rel = opaque_int(hi - col0 - first);
+      const int lo_rel = kLeftBound ? opaque_int(row + shift - window_left - col0 - first) : 0;  // inclusive
+      CUTE_UNROLL
+      for (int j = 0; j < size<1>(s_rc); ++j) {
+        const int c = get<1>(coord_rc(i, j)) - first;  // a compile-time constant
+        if (c >= hi_rel || (kLeftBound && c < lo_rel)) s_rc(i, j) = -INFINITY;
       }
     }
   }

@@ -34,23 +34,39 @@ struct KeyBlockMask {
   }
 
   // Sets masked entries of S^T to -inf. st_rc / coord_rc: (keys, queries) views of the
-  // accumulator and of the identity tensor partitioned like it (tile-local coordinates). Each
-  // query column gets its visible key range [lo, hi) once; per element it is two compares.
+  // accumulator and of the identity tensor partitioned like it (tile-local coordinates). A thread
+  // holds few keys (rows) and many queries (columns), and its columns in a row are its first
+  // column plus compile-time offsets: so each key row gets its visible query range relative to
+  // that column once (opaque_int keeps it there), and each element costs a compare against an
+  // immediate and a select (two with a left window bound), as fwd::WindowMask::apply<true>.
+  // Key q sees query r iff r + shift - window_left <= key <= r + shift + window_right and
+  // key < seqlen_k, i.e. key - shift - window_right <= r <= key - shift + window_left.
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void apply(TensorS& st_rc, const TensorC& coord_rc, int m_block, int n_block) const {
     using namespace cute;
+    constexpr int kNone = 1 << 30;  // beyond any column offset
     const int shift = seqlen_k - seqlen_q;
     const int row0 = m_block * kBlockM;
     const int col0 = n_block * kBlockN;
     CUTE_UNROLL
-    for (int j = 0; j < size<1>(st_rc); ++j) {
-      const int row = row0 + get<1>(coord_rc(0, j));
-      const int hi = window_right >= 0 ? min(seqlen_k, row + shift + window_right + 1) : seqlen_k;  // exclusive
-      const int lo = window_left >= 0 ? row + shift - window_left : 0;                            // inclusive
-      CUTE_UNROLL
-      for (int i = 0; i < size<0>(st_rc); ++i) {
-        const int col = col0 + get<0>(coord_rc(i, j));
-        if (col >= hi || col < lo) st_rc(i, j) = -INFINITY;
+    for (int i = 0; i < size<0>(st_rc); ++i) {
+      const int key = col0 + get<0>(coord_rc(i, 0));
+      const int first = row0 + get<1>(coord_rc(i, 0));  // this thread's first query of the row
+      // Queries below lo_rel (relative to first) are masked; a key past seqlen_k masks them all.
+      int lo_rel = window_right >= 0 ? key - shift - window_right - first : -kNone;
+      if (key >= seqlen_k) lo_rel = kNone;
+      lo_rel = opaque_int(lo_rel);
+      if (window_left < 0) {
+        CUTE_UNROLL
+        for (int j = 0; j < size<1>(st_rc); ++j)
+          if (get<1>(coord_rc(i, j)) - get<1>(coord_rc(i, 0)) < lo_rel) st_rc(i, j) = -INFINITY;
+      } else {
+        const int hi_rel = opaque_int(key - shift + window_left - first);  // inclusive
+        CUTE_UNROLL
+        for (int j = 0; j < size<1>(st_rc); ++j) {
+          const int c = get<1>(coord_rc(i, j)) - get<1>(coord_rc(i, 0));  // a compile-time constant
+          if (c < lo_rel || c > hi_rel) st_rc(i, j) = -INFINITY;
+        }
       }
     }
   }

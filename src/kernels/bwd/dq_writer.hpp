@@ -5,13 +5,28 @@
 // a step's partial comes in T::kDqChunks pieces, one after the other through the same buffer;
 // each is a contiguous range of the block in dq_accum (see hand_off_dq).
 //
-// Deterministic mode: the adds into one query block happen in key-block order. Before adding,
-// the writer spins on the block's semaphore until it counts the key blocks before this one that
-// visit the block; once the add has completed (checked after the next add is issued) it
-// increments it. A writer only ever waits for smaller key blocks, so delaying its own signals
-// creates no cycle. Tiles are claimed in increasing order and a key block's predecessor always
-// has a smaller tile index, so the oldest unfinished tile can always progress (no deadlock while
-// all CTAs of the grid are resident).
+// Under a mask and in deterministic mode, dq_accum is not cleared (that was a third of the
+// preprocess's traffic, and the main kernel then read the zeros back from memory): the first key
+// block to write a query block *stores* its partial (a bulk copy), and the others add to it once
+// that store has landed. (Where waiting for that store would cost more, e.g. without a mask, the
+// preprocess clears dq_accum and every writer adds: `p.dq_accum_cleared`, chosen by
+// clears_dq_accum in launch.hpp.) The block's state (`p.dq_block_state`, zeroed by the launch's
+// memset) orders them:
+//  * default: before waiting for the block's dQ, the writer reads the state (acquire). Stored
+//    (2): add. Unwritten (0): try to claim it (0 -> 1, atomicCAS); the winner stores, and once
+//    the store has landed publishes 2 (release). Otherwise (claimed by another) spin until 2.
+//    Under a mask the tiles that visit a query block reach it at different times (each starts at
+//    its own diagonal), so the spin is rare. No deadlock: a winner never waits on another CTA
+//    between its claim and its publication.
+//  * deterministic mode: the adds into one query block happen in key-block order. Before adding,
+//    the writer spins on the block's state until it counts the key blocks before this one that
+//    visit the block (the first one, whose count is 0, stores); once the add has completed
+//    (checked after the next add is issued) it increments it. A writer only ever waits for
+//    smaller key blocks, so delaying its own signals creates no cycle. Tiles are claimed in
+//    increasing order and a key block's predecessor always has a smaller tile index, so the oldest
+//    unfinished tile can always progress (no deadlock while all CTAs of the grid are resident).
+// Either way a state of 0 after the main kernel means that no key block wrote the block: unless
+// dq_accum was cleared, the postprocess writes zero dQ there.
 #pragma once
 
 #include <cute/arch/copy_sm90_tma.hpp>
@@ -26,6 +41,13 @@ namespace hopattn::kernels::bwd {
 __device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float* smem_src, uint32_t bytes) {
   const uint32_t src = cute::cast_smem_ptr_to_uint(smem_src);
   asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+               :: "l"(gmem_dst), "r"(src), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+__device__ __forceinline__ void bulk_store_f32(float* gmem_dst, const float* smem_src, uint32_t bytes) {
+  const uint32_t src = cute::cast_smem_ptr_to_uint(smem_src);
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
                :: "l"(gmem_dst), "r"(src), "r"(bytes) : "memory");
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
 }
@@ -46,6 +68,28 @@ __device__ __forceinline__ int load_acquire(const int* p) {
   int v;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
+}
+
+// Default mode's query-block states (see the top of this file).
+constexpr int kBlockUnwritten = 0, kBlockClaimed = 1, kBlockStored = 2;
+
+// Whether this writer stores the block (it claimed it); otherwise returns once the first
+// writer's store has landed, so that the adds that follow see it.
+__device__ __forceinline__ bool claim_or_wait_stored(int* state) {
+  int seen = load_acquire(state);
+  if (seen != kBlockStored) {
+    if (seen == kBlockUnwritten && atomicCAS(state, kBlockUnwritten, kBlockClaimed) == kBlockUnwritten) return true;
+    while (load_acquire(state) != kBlockStored) __nanosleep(32);
+  }
+  asm volatile("fence.proxy.async;" ::: "memory");  // order the acquire before the bulk adds
+  return false;
+}
+
+// The claimed block's store has been issued: publish it once it has landed.
+__device__ __forceinline__ void publish_stored(int* state) {
+  bulk_wait_all();
+  asm volatile("fence.proxy.async;" ::: "memory");  // order the bulk store before the generic release
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" :: "l"(state), "r"(kBlockStored) : "memory");
 }
 
 // Key blocks before n_block that visit query block m_block (its turn in the deterministic
@@ -125,37 +169,46 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
     // end of the tile), so the writer never sits waiting for a fresh add to land in global memory.
     int pending = -1;
     for (int g = 0; g < p.head_group; ++g) {
-      const int64_t first_row = (t.kv_head * p.head_group + g) * p.rows_per_head + t.stats_row0 +
-                                int64_t(t.m_begin) * T::kBlockM;
-      float* dst = p.dq_accum + first_row * T::kHeadDim;
+      // Padded rows (workspace.hpp): a query block of dq_accum is its offset in blocks, and query
+      // block m of this head is block0 + m. Only indices are held across the loop (warpgroup 0
+      // has 24 registers at d = 64: a pointer held besides them spilled).
+      const int block0 = int(((t.kv_head * p.head_group + g) * p.rows_per_head + t.stats_row0) / T::kBlockM);
 #pragma unroll 1  // in warpgroup 0's few registers, an unrolled copy of this loop spills
-      for (int m = t.m_begin; m < t.m_end; ++m, dst += kBlockFloats) {
-        // Padded rows (workspace.hpp): dst's query block is its offset in blocks.
-        const int block = kDeterministic ? int((dst - p.dq_accum) / kBlockFloats) : -1;
-        if constexpr (kDeterministic) {  // before dq_full: the polls overlap the consumers' step
+      for (int m = t.m_begin; m < t.m_end; ++m) {
+        const int block = block0 + m;
+        float* dst = p.dq_accum + int64_t(block) * kBlockFloats;
+        // Before dq_full, so that the polls overlap the consumers' step. store: this writer
+        // writes the block first, with a store rather than an add.
+        bool store;
+        if constexpr (kDeterministic) {
           const KeyBlockMask<T::kBlockM, T::kBlockN> mask{t.seqlen_q, t.seqlen_k, p.window_left, p.window_right};
           const int turn = key_blocks_before<T>(mask, t.n_block, m);
-          while (load_acquire(p.dq_semaphore + block) != turn) __nanosleep(32);
+          while (load_acquire(p.dq_block_state + block) != turn) __nanosleep(32);
+          store = !p.dq_accum_cleared && turn == 0;
+        } else {
+          store = !p.dq_accum_cleared && claim_or_wait_stored(p.dq_block_state + block);
         }
         for (int c = 0; c < T::kDqChunks; ++c) {
           fwd::wait_full(smem.dq_full, dq_pipe.phase());
-          bulk_reduce_add_f32(dst + c * kChunkFloats, smem.dq, kChunkBytes);
+          if (store) bulk_store_f32(dst + c * kChunkFloats, smem.dq, kChunkBytes);
+          else bulk_reduce_add_f32(dst + c * kChunkFloats, smem.dq, kChunkBytes);
           if constexpr (kDeterministic) {
             if (c == 0 && pending >= 0) {
               bulk_wait_all_but_newest();  // every chunk of the previous block has landed
-              signal_added(p.dq_semaphore + pending);
+              signal_added(p.dq_block_state + pending);
             }
           }
           bulk_wait_read();  // the shared buffer may be overwritten
           fwd::release(smem.dq_empty);
           dq_pipe.advance();
         }
-        pending = block;
+        if constexpr (kDeterministic) pending = block;
+        else if (store) publish_stored(p.dq_block_state + block);
       }
     }
-    if (pending >= 0) {
+    if (kDeterministic && pending >= 0) {
       bulk_wait_all();
-      signal_added(p.dq_semaphore + pending);
+      signal_added(p.dq_block_state + pending);
     }
   }
 }

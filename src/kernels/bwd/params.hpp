@@ -21,7 +21,13 @@ struct BwdCommonParams {
   float* lse_log2{};
   float* dsum{};
   float* dq_accum{};
-  int* dq_semaphore{};  // deterministic mode only, else null
+  // Per padded query block (dq_writer.hpp): 0 while no key block has written it; then, by
+  // default, 1 (claimed by the first writer) and 2 (its store has landed); in deterministic mode
+  // the number of key blocks whose contribution has landed.
+  int* dq_block_state{};
+  // The preprocess clears dq_accum and every writer adds, instead of the first writer of each
+  // query block storing (launch.hpp, clears_dq_accum, says where).
+  bool dq_accum_cleared{};
   float softmax_scale{};
 };
 

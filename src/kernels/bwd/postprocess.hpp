@@ -1,8 +1,9 @@
 // Backward postprocessing, one CTA of kNumConsumerThreads per (query block, head, batch entry):
-// dQ = softmax_scale * dq_accum, converted to the input dtype. dq_accum holds each block in the
-// register order of the dQ GEMM (consumer thread t's element i at float4 slot (i / 4) * threads
-// + t), so this kernel asks the same tiled MMA which (row, col) each of its values is, and
-// writes rows through shared memory.
+// dQ = softmax_scale * dq_accum, converted to the input dtype; zero for a block that no key
+// block wrote, unless the preprocess cleared dq_accum (dq_writer.hpp). dq_accum holds each block
+// in the register order of the dQ GEMM (consumer thread t's element i at float4 slot (i / 4) *
+// threads + t), so this kernel asks the same tiled MMA which (row, col) each of its values is,
+// and writes rows through shared memory.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -43,9 +44,11 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
   __shared__ alignas(16) uint16_t tile_bits[T::kBlockM * kPitch];
   Element* tile = reinterpret_cast<Element*>(tile_bits);
   // All loads first: they are independent of everything below.
+  const bool written = p.dq_accum_cleared || p.dq_block_state[row_base / T::kBlockM] != 0;
   float4 v[T::kDqPerThread / 4];
   CUTE_UNROLL
-  for (int i = 0; i < T::kDqPerThread / 4; ++i) v[i] = block[i * T::kNumConsumerThreads + tid];
+  for (int i = 0; i < T::kDqPerThread / 4; ++i)
+    v[i] = written ? block[i * T::kNumConsumerThreads + tid] : make_float4(0.f, 0.f, 0.f, 0.f);
   if constexpr (T::kDqTransposed) {  // coordinates are (d, query): pairs are two rows of dQ
     CUTE_UNROLL
     for (int i = 0; i < T::kDqPerThread; ++i) {

@@ -1,11 +1,13 @@
 // Backward preprocessing, one CTA per (query block, head, batch entry):
 //   dsum[row]     = sum_c dO[row, c] * O[row, c]     (FP32; D of the paper)
 //   lse_log2[row] = LSE[row] * log2(e)               (so that P = exp2(S * scale_log2 - lse_log2))
-//   dq_accum block = 0                                (the main kernel's dQ writer adds into it)
+//   dq_accum block = 0                                (only where every dQ writer adds)
 // Rows without a visible key (forward LSE = -inf) and the padding rows of the last block get
 // lse_log2 = +inf and dsum = 0: their P is exactly 0, so the main kernel needs no row mask.
-// Zeroing dq_accum here rather than with a separate memset lets the stores overlap this kernel's
-// reads; measured the same as the memset (perf-log, session 10), one launch fewer.
+// Under a mask, or in deterministic mode, dq_accum is not cleared (a third of this kernel's
+// traffic): the main kernel's first writer of each query block stores rather than adds
+// (dq_writer.hpp). Where it is, zeroing here rather than with a separate memset lets the stores
+// overlap this kernel's reads; measured the same as the memset (perf-log, session 10).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -70,12 +72,14 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
       }
     }
   }
-  float4* dq_block = reinterpret_cast<float4*>(p.dq_accum + (stats_base + m_block * kBlockM) * kHeadDim);
-  constexpr int kDqVecs = kBlockM * kHeadDim / 4;
-  static_assert(kDqVecs % kPreprocessThreads == 0);
-  CUTE_UNROLL
-  for (int i = 0; i < kDqVecs / kPreprocessThreads; ++i)
-    dq_block[i * kPreprocessThreads + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (p.dq_accum_cleared) {
+    float4* dq_block = reinterpret_cast<float4*>(p.dq_accum + (stats_base + m_block * kBlockM) * kHeadDim);
+    constexpr int kDqVecs = kBlockM * kHeadDim / 4;
+    static_assert(kDqVecs % kPreprocessThreads == 0);
+    CUTE_UNROLL
+    for (int i = 0; i < kDqVecs / kPreprocessThreads; ++i)
+      dq_block[i * kPreprocessThreads + threadIdx.x] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
   CUTE_UNROLL
   for (int pass = 0; pass < kPasses; ++pass) {
     const int row = m_block * kBlockM + pass * Shape::kRowsPerPass + row_in_pass;

@@ -161,7 +161,7 @@ struct BwdConsumer {
 
     for_each_key_tile(p, smem, sched, kv_pipe, mma_dkv, tid, [&](const TileWork<T>& w, int steps, auto& tdKrdK,
                                                                  auto& tdVrdV) HOPATTN_LAMBDA_INLINE {
-      StepCursor cur{w.m_begin, w.m_begin, w.m_end};
+      StepCursor cur{w.m_first, w.m_begin, w.m_end};
       fwd::PackedPipeState<2> prev = ds_pipe;  // meaningful once a step has stored its dS
       // Whether dQ lags one step behind in this tile (see the header comment). Lagging costs a
       // wasted GEMM in the first step and an exposed one after the last: only long tiles pay.

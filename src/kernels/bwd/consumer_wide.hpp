@@ -112,7 +112,7 @@ struct BwdWideConsumer {
       warpgroup_fence_operand(tSrS);
       warpgroup_fence_operand(tSrdP);
       warpgroup_fence_operand(tdQrdQ);
-      StepCursor cur{w.m_begin, w.m_begin, w.m_end};
+      StepCursor cur{w.m_first, w.m_begin, w.m_end};
       // S^T of the step in q_pipe's stage once its Q has landed; dP^T likewise with dO.
       auto issue_st = [&](int salt) {
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =

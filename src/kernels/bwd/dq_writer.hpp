@@ -8,15 +8,16 @@
 // Under a mask and in deterministic mode, dq_accum is not cleared (that was a third of the
 // preprocess's traffic, and the main kernel then read the zeros back from memory): the first key
 // block to write a query block *stores* its partial (a bulk copy), and the others add to it once
-// that store has landed. (Where waiting for that store would cost more, e.g. without a mask, the
-// preprocess clears dq_accum and every writer adds: `p.dq_accum_cleared`, chosen by
-// clears_dq_accum in launch.hpp.) The block's state (`p.dq_block_state`, zeroed by the launch's
+// that store has landed. (Where waiting for that store would cost more, e.g. without a mask at
+// d64 or beyond 1k keys, the preprocess clears dq_accum and every writer adds:
+// `p.dq_accum_cleared`, chosen by clears_dq_accum in launch.hpp.) The block's state (`p.dq_block_state`, zeroed by the launch's
 // memset) orders them:
 //  * default: before waiting for the block's dQ, the writer reads the state (acquire). Stored
 //    (2): add. Unwritten (0): try to claim it (0 -> 1, atomicCAS); the winner stores, and once
 //    the store has landed publishes 2 (release). Otherwise (claimed by another) spin until 2.
-//    Under a mask the tiles that visit a query block reach it at different times (each starts at
-//    its own diagonal), so the spin is rare. No deadlock: a winner never waits on another CTA
+//    The tiles that visit a query block reach it at different times (under a causal mask each
+//    starts at its own diagonal; without one each starts its walk level with its keys,
+//    schedule.hpp), so the spin is rare. No deadlock: a winner never waits on another CTA
 //    between its claim and its publication.
 //  * deterministic mode: the adds into one query block happen in key-block order. Before adding,
 //    the writer spins on the block's state until it counts the key blocks before this one that
@@ -162,7 +163,7 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
     {
       const TileWork<T> w = tile_work<T>(p, sched, tile);
       if (w.empty()) continue;
-      t = {w.stats_row0, w.n_block, w.kv_head, w.m_begin, w.m_end, w.si.seqlen_q, w.si.seqlen_k};
+      t = {w.stats_row0, w.n_block, w.kv_head, w.m_begin, w.m_end, w.m_first, w.si.seqlen_q, w.si.seqlen_k};
     }
     // Deterministic mode: the semaphore (query block index) of the previous step's block, whose
     // add was issued but not yet signalled. It is signalled once the next add is issued (or at the
@@ -174,7 +175,8 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
       // has 24 registers at d = 64: a pointer held besides them spilled).
       const int block0 = int(((t.kv_head * p.head_group + g) * p.rows_per_head + t.stats_row0) / T::kBlockM);
 #pragma unroll 1  // in warpgroup 0's few registers, an unrolled copy of this loop spills
-      for (int m = t.m_begin; m < t.m_end; ++m) {
+      for (QueryWalk<T::kRotatedWalk> q{t.m_begin, t.m_first, t.m_end}; !q.done(); q.advance()) {
+        const int m = q.m;
         const int block = block0 + m;
         float* dst = p.dq_accum + int64_t(block) * kBlockFloats;
         // Before dq_full, so that the polls overlap the consumers' step. store: this writer

@@ -37,15 +37,19 @@ size_t workspace_bytes(const BwdArgs& a) {
 // Whether the preprocess clears dq_accum and every dQ writer adds (BwdCommonParams), rather than
 // the first writer of each query block storing (dq_writer.hpp). The first store saves the clear
 // and the main kernel's first read of each block: under a causal mask, H100, +11% at d64 and
-// +24% at d128 at 512 keys, +9% at d128 1k, neutral from 4k (perf-log, session 23). Without a
-// mask the key blocks of a head walk the query blocks side by side, and all but one would wait
-// for that store at every step (d128 2k 0.91x, d256 0.85x). With the 64-key tiles of d192 and
-// d256 the tile of the next key block reaches a query block just one step after its first
-// writer: 0.89-0.94x at causal 2k-8k, so beyond 1024 keys they keep the clear.
+// +24% at d128 at 512 keys, +9% at d128 1k, neutral from 4k (perf-log, session 23). With the
+// 64-key tiles of d192 and d256 the tile of the next key block reaches a query block just one
+// step after its first writer: 0.89-0.94x at causal 2k-8k, so beyond 1024 keys they keep the
+// clear. Without a mask the key blocks of a head walk the same query blocks side by side; all
+// but one would wait for that store at every step (d128 2k 0.91x, d256 0.85x) unless each tile
+// starts its walk elsewhere (T::kRotatedWalk, not at d64: +5..6% at d128 512, +4% at d256
+// 512, +1..3% at 1k, +5% with GQA 4 at d128 1k, 0.99-1.01 at 2k, -1% at 8k), so unmasked
+// problems take first stores only with rotated walks and up to 1024 keys.
 template <class T>
 bool clears_dq_accum(const BwdArgs& a) {
-  if (!a.has_window() && !a.deterministic) return true;
-  return T::kBlockN < 128 && a.seqlen_k > 1024;  // varlen: the longest sequence
+  const bool narrow_tiles_past_1k = T::kBlockN < 128 && a.seqlen_k > 1024;  // varlen: the longest sequence
+  if (a.has_window() || a.deterministic) return narrow_tiles_past_1k;
+  return !T::kRotatedWalk || a.seqlen_k > 1024;
 }
 
 inline void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLayout& wl, char* ws,
@@ -104,6 +108,7 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   p.window_left = a.window_left;
   p.window_right = a.window_right;
   p.deterministic = a.deterministic;
+  p.rotate_walk = !a.has_window() && !a.deterministic && !p.dq_accum_cleared;
 
   const int64_t num_n_blocks = (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN;
   const int64_t pairs = int64_t(a.nheads_k) * a.batch;

@@ -80,6 +80,7 @@ struct BwdKernelParams : BwdTmaParams<Traits>, BwdCommonParams {
   bool use_softcap{};
   int window_left{}, window_right{};
   bool deterministic{};
+  bool rotate_walk{};  // each tile starts its walk level with its keys (schedule.hpp, first_query_block)
 
   int num_n_blocks{}, num_tiles{}, heads_per_l2_section{};
   int* tile_counter{};

@@ -113,7 +113,8 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
       const int64_t stats_head = head * p.rows_per_head + w.stats_row0;
       // Not unrolled: in warpgroup 0's few registers, an unrolled copy of this loop spills.
 #pragma unroll 1
-      for (int m = w.m_begin; m < w.m_end; ++m) {
+      for (QueryWalk<T::kRotatedWalk> q{w.m_begin, w.m_first, w.m_end}; !q.done(); q.advance()) {
+        const int m = q.m;
         const int qs = rings.acquire_q(smem);
         expect_bytes(smem.q_full[qs], T::kBytesQ + T::kBytesRowStats);
         copy(p.tma_q.with(smem.q_full[qs]), get<0>(q_views)(_, m), get<1>(q_views)(_, qs));

@@ -1,7 +1,8 @@
 // What one backward tile (a block of keys of one KV head) iterates over, shared by the producer,
 // the consumers and the dQ writer so that all three walk the same steps: for each query head of
-// the KV head's group, the query blocks [m_begin, m_end) that see the tile's keys. Walking the
-// whole group in one tile keeps dK and dV of a KV head in registers: GQA needs no atomics.
+// the KV head's group, the query blocks [m_begin, m_end) that see the tile's keys, from m_first
+// on and around (m_first .. m_end - 1, then m_begin .. m_first - 1). Walking the whole group in
+// one tile keeps dK and dV of a KV head in registers: GQA needs no atomics.
 #pragma once
 
 #include "kernels/bwd/mask.hpp"
@@ -16,14 +17,52 @@ struct TileWork {
   int n_block, kv_head, batch;
   fwd::SeqInfo si;
   KeyBlockMask<T::kBlockM, T::kBlockN> mask;
-  int m_begin, m_end;
+  int m_begin, m_end, m_first;
   int64_t stats_row0;  // padded row of query row 0 of this batch entry (add head * rows_per_head)
 
   __device__ __forceinline__ bool empty() const { return m_end <= m_begin; }
 };
 
-// The query block of the consumers' current step: steps walk the query blocks [m_begin, m_end)
-// of each query head of the KV head's group in turn.
+// The query block a tile's walk starts at. Without a mask all tiles of a head walk the same query
+// blocks, side by side (one-pair L2 sections, launch.hpp); where the first writer of a block
+// stores and the others wait for that store (dq_writer.hpp), starting every tile at block 0 would
+// make all but one of them wait at every step. With `rotate`, tile n starts at block
+// n * kBlockN / kBlockM (modulo the count), the one level with its keys, so the tiles of a head
+// reach each block in turn, kBlockN / kBlockM steps apart.
+template <int kBlockM, int kBlockN>
+__host__ __device__ __forceinline__ int first_query_block(int n_block, int m_begin, int m_end, bool rotate) {
+  if (!rotate || m_end <= m_begin) return m_begin;
+  return m_begin + n_block * kBlockN / kBlockM % (m_end - m_begin);
+}
+
+// A tile's query blocks in walking order, as a loop cursor: `for (QueryWalk<k> q{b, f, e};
+// !q.done(); q.advance())` visits q.m. kRotated (T::kRotatedWalk) starts at m_first and wraps
+// around; otherwise m_first is m_begin and the cursor is the plain loop's index, reading its
+// bound where it lives (warpgroup 0's loops run in 24 registers at d = 64, and the deterministic
+// dQ writer keeps its tile's fields in shared memory: a copy of m_end in a register spilled).
+template <bool kRotated>
+struct QueryWalk {
+  int m;
+  const int& end;
+  __device__ __forceinline__ QueryWalk(int m_begin, int, const int& m_end) : m(m_begin), end(m_end) {}
+  __device__ __forceinline__ bool done() const { return m >= end; }
+  __device__ __forceinline__ void advance() { ++m; }
+};
+
+template <>
+struct QueryWalk<true> {
+  int m, left, begin, end;
+  __device__ __forceinline__ QueryWalk(int m_begin, int m_first, int m_end)
+      : m(m_first), left(m_end - m_begin), begin(m_begin), end(m_end) {}
+  __device__ __forceinline__ bool done() const { return left <= 0; }
+  __device__ __forceinline__ void advance() {
+    --left;
+    if (++m == end) m = begin;
+  }
+};
+
+// The query block of the consumers' current step: steps walk the query blocks of each query head
+// of the KV head's group in turn, each in walking order.
 struct StepCursor {
   int m, m_begin, m_end;
   __device__ __forceinline__ void advance() {
@@ -41,6 +80,8 @@ __device__ __forceinline__ TileWork<T> tile_work(const Params& p, const fwd::Til
   w.si = fwd::seq_info(p, c.batch);
   w.mask = {w.si.seqlen_q, w.si.seqlen_k, p.window_left, p.window_right};
   w.mask.m_block_range(w.n_block, w.m_begin, w.m_end);
+  w.m_first = T::kRotatedWalk ? first_query_block<T::kBlockM, T::kBlockN>(w.n_block, w.m_begin, w.m_end, p.rotate_walk)
+                              : w.m_begin;
   w.stats_row0 = padded_row_start<T::kBlockM>(p.cu_seqlens_q != nullptr, c.batch, w.si.q_offset,
                                               p.seqlen_q_rounded);
   return w;

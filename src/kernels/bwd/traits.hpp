@@ -36,7 +36,7 @@ namespace hopattn::kernels::bwd {
 // warpgroup 0's few registers the ordering's search and polls left no room to hold them.
 struct WriterTile {
   int64_t stats_row0;
-  int n_block, kv_head, m_begin, m_end, seqlen_q, seqlen_k;
+  int n_block, kv_head, m_begin, m_end, m_first, seqlen_q, seqlen_k;
 };
 
 using namespace cute;
@@ -100,6 +100,10 @@ struct BwdTraits {
 #endif
   static constexpr int kConsumerRegs = (168 * 3 - kProducerRegs) / kNumConsumerWgs / 8 * 8;  // 232 (24: 240)
   static_assert(kProducerRegs * 128 + kConsumerRegs * kNumConsumerThreads <= 168 * kNumThreads);
+  // Whether a tile's walk over the query blocks may start past m_begin (schedule.hpp,
+  // first_query_block): warpgroup 0 at 24 registers (and the d = 64 consumers at 240) spilled
+  // 40-52 B with it, so those kernels keep the plain walk.
+  static constexpr bool kRotatedWalk = kProducerRegs > 24;
   // How the dQ GEMM is split between the two warpgroups (see the header comment).
 #ifndef HOPATTN_BWD_DQ_SPLIT_ROWS
 #define HOPATTN_BWD_DQ_SPLIT_ROWS 1

@@ -1,17 +1,17 @@
 // Both sides of the dQ hand-off. The dQ writer warp (warpgroup 0, warp 1, lane 0): per step,
 // waits until the consumers have stored the block's dQ partial in shared memory (dq_full), adds
-// it to the FP32 accumulator in global memory with one bulk reduce-add, and frees the buffer
-// (dq_empty) once the copy has read it. The consumers never wait on global memory. At d = 256
+// it to the FP32 accumulator in global memory with one bulk reduce-add (or stores it with one
+// bulk copy if it writes the block first, below), and frees the buffer (dq_empty) once the copy
+// has read it. The consumers never wait on global memory. At d = 256
 // a step's partial comes in T::kDqChunks pieces, one after the other through the same buffer;
 // each is a contiguous range of the block in dq_accum (see hand_off_dq).
 //
-// Under a mask and in deterministic mode, dq_accum is not cleared (that was a third of the
-// preprocess's traffic, and the main kernel then read the zeros back from memory): the first key
-// block to write a query block *stores* its partial (a bulk copy), and the others add to it once
-// that store has landed. (Where waiting for that store would cost more, e.g. without a mask at
-// d64 or beyond 1k keys, the preprocess clears dq_accum and every writer adds:
-// `p.dq_accum_cleared`, chosen by clears_dq_accum in launch.hpp.) The block's state (`p.dq_block_state`, zeroed by the launch's
-// memset) orders them:
+// Unless `p.dq_accum_cleared` (clears_dq_accum in launch.hpp says where waiting for a first
+// store would cost more than clearing: e.g. without a mask at d64 or beyond 1k keys), dq_accum
+// is not cleared (that was a third of the preprocess's traffic, and the main kernel then read the
+// zeros back from memory): the first key block to write a query block *stores* its partial (a
+// bulk copy), and the others add to it once that store has landed. The block's state
+// (`p.dq_block_state`, zeroed by the launch's memset) orders them:
 //  * default: before waiting for the block's dQ, the writer reads the state (acquire). Stored
 //    (2): add. Unwritten (0): try to claim it (0 -> 1, atomicCAS); the winner stores, and once
 //    the store has landed publishes 2 (release). Otherwise (claimed by another) spin until 2.
@@ -186,6 +186,7 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
           const KeyBlockMask<T::kBlockM, T::kBlockN> mask{t.seqlen_q, t.seqlen_k, p.window_left, p.window_right};
           const int turn = key_blocks_before<T>(mask, t.n_block, m);
           while (load_acquire(p.dq_block_state + block) != turn) __nanosleep(32);
+          asm volatile("fence.proxy.async;" ::: "memory");  // order the acquire before the bulk op
           store = !p.dq_accum_cleared && turn == 0;
         } else {
           store = !p.dq_accum_cleared && claim_or_wait_stored(p.dq_block_state + block);

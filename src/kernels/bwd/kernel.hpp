@@ -72,8 +72,9 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   cutlass::arch::fence_barrier_init();
   __syncthreads();
   // Launched with PDL (launch.hpp): the setup above overlapped the preprocess kernel's tail; its
-  // lse_log2 and dsum are read only after this. The postprocess may then be
-  // launched: its CTAs fit on an SM only once this kernel's CTA has left it.
+  // lse_log2, dsum and (where it is cleared) dq_accum are read only after this, as are the tile
+  // counter and the query-block states that the memset before the preprocess zeroed. The
+  // postprocess may then be launched: its CTAs fit on an SM only once this kernel's CTA has left it.
   wait_for_prior_grids();
   allow_dependent_launch();
 

@@ -120,8 +120,9 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   p.num_tiles = int(num_tiles);
   // Every key block of a KV head reads all of its group's Q and dO and adds into its dq_accum
   // rows. Without a mask all key blocks take equally long: one (KV head, batch) pair per L2
-  // section, so the key blocks of a head run side by side, walk the query blocks together and
-  // share each Q/dO load and dq_accum line in L2 (+5..10% at d128 1k-8k against many-head
+  // section, so the key blocks of a head run side by side, walk the query blocks together (from
+  // different starts where the walk is rotated, schedule.hpp) and share each Q/dO load and
+  // dq_accum line in L2 (+5..10% at d128 1k-8k against many-head
   // sections; 2 or 4 pairs measured the same, perf-log sessions 10 and 11). With a causal or
   // windowed mask the key blocks differ in length and the early ones are the longest: a section of
   // several pairs starts the longest blocks of all its heads first (LPT): 16 pairs, 8 for the

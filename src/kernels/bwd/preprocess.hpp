@@ -4,7 +4,7 @@
 //   dq_accum block = 0                                (only where every dQ writer adds)
 // Rows without a visible key (forward LSE = -inf) and the padding rows of the last block get
 // lse_log2 = +inf and dsum = 0: their P is exactly 0, so the main kernel needs no row mask.
-// Under a mask, or in deterministic mode, dq_accum is not cleared (a third of this kernel's
+// Where clears_dq_accum (launch.hpp) says no, dq_accum is not cleared (a third of this kernel's
 // traffic): the main kernel's first writer of each query block stores rather than adds
 // (dq_writer.hpp). Where it is, zeroing here rather than with a separate memset lets the stores
 // overlap this kernel's reads; measured the same as the memset (perf-log, session 10).

@@ -52,8 +52,10 @@ bool clears_dq_accum(const BwdArgs& a) {
   return !T::kRotatedWalk || a.seqlen_k > 1024;
 }
 
-inline void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLayout& wl, char* ws,
-                        bool dq_accum_cleared) {
+// The fields every backward kernel reads, the same for the three launches (so the clear policy
+// is decided in one place).
+template <class T>
+void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLayout& wl, char* ws) {
   fwd::copy_sequence_fields(c, a);
   c.nheads_k = a.nheads_k;
   c.rows_per_head = wl.rows_per_head;
@@ -62,7 +64,7 @@ inline void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLay
   c.dsum = reinterpret_cast<float*>(ws + wl.dsum_offset);
   c.dq_accum = reinterpret_cast<float*>(ws + wl.dq_accum_offset);
   c.dq_block_state = reinterpret_cast<int*>(ws + wl.state_offset);
-  c.dq_accum_cleared = dq_accum_cleared;
+  c.dq_accum_cleared = clears_dq_accum<T>(a);
   c.softmax_scale = a.softmax_scale;
 }
 
@@ -84,7 +86,7 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   auto mV = fwd::make_gmem_view<T>(a.v, a.v_stride, k_rows, a.nheads_k, a.batch, varlen);
 
   BwdKernelParams<T> p{};
-  fill_common(p, a, wl, ws, clears_dq_accum<T>(a));
+  fill_common<T>(p, a, wl, ws);
   p.tma_q = make_tma_copy(SM90_TMA_LOAD{}, mQ, take<0, 2>(typename T::SmemLayoutQ{}), typename T::TileQ{}, _1{});
   p.tma_do = make_tma_copy(SM90_TMA_LOAD{}, mdO, take<0, 2>(typename T::SmemLayoutdO{}), typename T::TileQ{}, _1{});
   p.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, typename T::SmemLayoutK{}, typename T::TileKV{}, _1{});
@@ -195,7 +197,7 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   const dim3 row_grid(num_m_blocks, a.nheads, a.batch);
 
   BwdPreParams<Element> pre{};
-  fill_common(pre, a, wl, ws, clears_dq_accum<T>(a));
+  fill_common<T>(pre, a, wl, ws);
   pre.out = static_cast<const Element*>(a.out);
   pre.dout = static_cast<const Element*>(a.dout);
   pre.out_stride = a.out_stride;
@@ -221,7 +223,7 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   }
 
   BwdPostParams<Element> post{};
-  fill_common(post, a, wl, ws, clears_dq_accum<T>(a));
+  fill_common<T>(post, a, wl, ws);
   post.dq = static_cast<Element*>(a.dq);
   post.dq_stride = a.dq_stride;
   if (num_m_blocks > 0) {

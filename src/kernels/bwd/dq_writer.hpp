@@ -39,18 +39,21 @@
 
 namespace hopattn::kernels::bwd {
 
-__device__ __forceinline__ void bulk_reduce_add_f32(float* gmem_dst, const float* smem_src, uint32_t bytes) {
+// One bulk copy of a dQ partial from shared memory into dq_accum, in its own bulk group: an FP32
+// reduce-add into what is there, or a plain store (the block's first write).
+__device__ __forceinline__ void bulk_write_f32(float* gmem_dst, const float* smem_src, uint32_t bytes, bool add) {
   const uint32_t src = cute::cast_smem_ptr_to_uint(smem_src);
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
-               :: "l"(gmem_dst), "r"(src), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-
-__device__ __forceinline__ void bulk_store_f32(float* gmem_dst, const float* smem_src, uint32_t bytes) {
-  const uint32_t src = cute::cast_smem_ptr_to_uint(smem_src);
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
-               :: "l"(gmem_dst), "r"(src), "r"(bytes) : "memory");
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  // The commit in each branch rather than once after them: ptxas then keeps the branches (one
+  // commit after them compiled to predicated copies, a different schedule that was not measured).
+  if (add) {
+    asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;"
+                 :: "l"(gmem_dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  } else {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+                 :: "l"(gmem_dst), "r"(src), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+  }
 }
 
 __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
@@ -193,8 +196,7 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
         }
         for (int c = 0; c < T::kDqChunks; ++c) {
           fwd::wait_full(smem.dq_full, dq_pipe.phase());
-          if (store) bulk_store_f32(dst + c * kChunkFloats, smem.dq, kChunkBytes);
-          else bulk_reduce_add_f32(dst + c * kChunkFloats, smem.dq, kChunkBytes);
+          bulk_write_f32(dst + c * kChunkFloats, smem.dq, kChunkBytes, /*add=*/!store);
           if constexpr (kDeterministic) {
             if (c == 0 && pending >= 0) {
               bulk_wait_all_but_newest();  // every chunk of the previous block has landed

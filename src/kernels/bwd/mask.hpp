@@ -39,7 +39,7 @@ struct KeyBlockMask {
   // column plus compile-time offsets: so each key row gets its visible query range relative to
   // that column once (opaque_int keeps it there), and each element costs a compare against an
   // immediate and a select (two with a left window bound), as fwd::WindowMask::apply<true>.
-  // Key q sees query r iff r + shift - window_left <= key <= r + shift + window_right and
+  // Key `key` sees query r iff r + shift - window_left <= key <= r + shift + window_right and
   // key < seqlen_k, i.e. key - shift - window_right <= r <= key - shift + window_left.
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void apply(TensorS& st_rc, const TensorC& coord_rc, int m_block, int n_block) const {

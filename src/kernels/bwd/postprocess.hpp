@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
   constexpr int kPitch = T::kHeadDim + 8;
   __shared__ alignas(16) uint16_t tile_bits[T::kBlockM * kPitch];
   Element* tile = reinterpret_cast<Element*>(tile_bits);
-  // All loads first: they are independent of everything below.
+  // The block's state word, then all of its loads (skipped for a block nobody wrote). Loading
+  // unconditionally and selecting after measured slower (more registers: perf-log, session 24).
   const bool written = p.dq_accum_cleared || p.dq_block_state[row_base / T::kBlockM] != 0;
   float4 v[T::kDqPerThread / 4];
   CUTE_UNROLL

@@ -52,28 +52,45 @@ __device__ void scale_and_store(const float4* v, bool written, const BwdPostPara
   }
 }
 
+// Where this CTA's query block lives (the tree's postprocess computes the same): its rows in
+// dq_accum (row_base), whether it has rows at all, and the head's dQ rows.
+template <class T>
+struct BlockPlace {
+  int m_block;
+  fwd::SeqInfo si;
+  int64_t row_base;
+  typename T::Element* dq;
+  __device__ __forceinline__ bool empty() const { return m_block * T::kBlockM >= si.seqlen_q; }
+};
+template <class T>
+__device__ __forceinline__ BlockPlace<T> place_block(const BwdPostParams<typename T::Element>& p) {
+  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
+  BlockPlace<T> b{m_block, fwd::seq_info(p, batch), 0, nullptr};
+  const bool varlen = p.cu_seqlens_q != nullptr;
+  b.row_base = head * p.rows_per_head + padded_row_start<T::kBlockM>(varlen, batch, b.si.q_offset, p.seqlen_q_rounded) +
+               m_block * T::kBlockM;
+  b.dq = head_rows(p.dq, p.dq_stride, varlen, b.si.q_offset, batch, head);
+  return b;
+}
+
 // Variant 1: the tree's postprocess with evict-first loads, the block state read after them.
 template <class T>
 __global__ void __launch_bounds__(T::kNumConsumerThreads) post_regs(const __grid_constant__ BwdPostParams<typename T::Element> p) {
   using namespace cute;
   using Element = typename T::Element;
   wait_for_prior_grids();
-  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const fwd::SeqInfo si = fwd::seq_info(p, batch);
-  if (m_block * T::kBlockM >= si.seqlen_q) return;
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const int64_t row_base = head * p.rows_per_head + padded_row_start<T::kBlockM>(varlen, batch, si.q_offset, p.seqlen_q_rounded) + m_block * T::kBlockM;
-  const float4* block = reinterpret_cast<const float4*>(p.dq_accum + row_base * T::kHeadDim);
+  const BlockPlace<T> b = place_block<T>(p);
+  if (b.empty()) return;
+  const float4* block = reinterpret_cast<const float4*>(p.dq_accum + b.row_base * T::kHeadDim);
   const int tid = threadIdx.x;
-  Element* dq = head_rows(p.dq, p.dq_stride, varlen, si.q_offset, batch, head);
   constexpr int kPitch = T::kHeadDim + 8;
   __shared__ alignas(16) uint16_t tile_bits[T::kBlockM * kPitch];
   Element* tile = reinterpret_cast<Element*>(tile_bits);
   float4 v[T::kDqPerThread / 4];
   CUTE_UNROLL
   for (int i = 0; i < T::kDqPerThread / 4; ++i) v[i] = __ldcs(&block[i * T::kNumConsumerThreads + tid]);
-  const bool written = p.dq_accum_cleared || p.dq_block_state[row_base / T::kBlockM] != 0;
-  scale_and_store<T>(v, written, p, si, m_block, dq, tile);
+  const bool written = p.dq_accum_cleared || p.dq_block_state[b.row_base / T::kBlockM] != 0;
+  scale_and_store<T>(v, written, p, b.si, b.m_block, b.dq, tile);
 }
 
 // Variant 2: the block arrives by one bulk copy into shared memory (no registers held while it
@@ -88,25 +105,21 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) post_bulk(const __grid
   const int tid = threadIdx.x;
   if (tid == 0) { cutlass::arch::ClusterTransactionBarrier::init(&bar, 1); cutlass::arch::fence_barrier_init(); }
   wait_for_prior_grids();
-  const int m_block = blockIdx.x, head = blockIdx.y, batch = blockIdx.z;
-  const fwd::SeqInfo si = fwd::seq_info(p, batch);
-  if (m_block * T::kBlockM >= si.seqlen_q) return;
-  const bool varlen = p.cu_seqlens_q != nullptr;
-  const int64_t row_base = head * p.rows_per_head + padded_row_start<T::kBlockM>(varlen, batch, si.q_offset, p.seqlen_q_rounded) + m_block * T::kBlockM;
+  const BlockPlace<T> b = place_block<T>(p);
+  if (b.empty()) return;
   constexpr int kBytes = T::kBlockM * T::kHeadDim * 4;
   __syncthreads();
   if (tid == 0) {
     cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&bar, kBytes);
-    SM90_BULK_COPY_G2S::copy(p.dq_accum + row_base * T::kHeadDim, &bar, stage, kBytes);
+    SM90_BULK_COPY_G2S::copy(p.dq_accum + b.row_base * T::kHeadDim, &bar, stage, kBytes);
   }
-  const bool written = p.dq_accum_cleared || p.dq_block_state[row_base / T::kBlockM] != 0;
-  Element* dq = head_rows(p.dq, p.dq_stride, varlen, si.q_offset, batch, head);
+  const bool written = p.dq_accum_cleared || p.dq_block_state[b.row_base / T::kBlockM] != 0;
   cutlass::arch::ClusterTransactionBarrier::wait(&bar, 0);
   float4 v[T::kDqPerThread / 4];
   CUTE_UNROLL
   for (int i = 0; i < T::kDqPerThread / 4; ++i) v[i] = stage[i * T::kNumConsumerThreads + tid];
   __syncthreads();
-  scale_and_store<T>(v, written, p, si, m_block, dq, reinterpret_cast<Element*>(smem_raw));
+  scale_and_store<T>(v, written, p, b.si, b.m_block, b.dq, reinterpret_cast<Element*>(smem_raw));
 }
 
 

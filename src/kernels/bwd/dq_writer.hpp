@@ -179,9 +179,8 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
       const int block0 = int(((t.kv_head * p.head_group + g) * p.rows_per_head + t.stats_row0) / T::kBlockM);
 #pragma unroll 1  // in warpgroup 0's few registers, an unrolled copy of this loop spills
       for (QueryWalk<T::kRotatedWalk> q{t.m_begin, t.m_first, t.m_end}; !q.done(); q.advance()) {
-        const int m = q.m;
+        const int m = q.m();
         const int block = block0 + m;
-        float* dst = p.dq_accum + int64_t(block) * kBlockFloats;
         // Before dq_full, so that the polls overlap the consumers' step. store: this writer
         // writes the block first, with a store rather than an add.
         bool store;
@@ -195,8 +194,10 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
           store = !p.dq_accum_cleared && claim_or_wait_stored(p.dq_block_state + block);
         }
         for (int c = 0; c < T::kDqChunks; ++c) {
+          // The address from the index here, not held across the waits above (24 registers).
+          float* dst = p.dq_accum + int64_t(block) * kBlockFloats + c * kChunkFloats;
           fwd::wait_full(smem.dq_full, dq_pipe.phase());
-          bulk_write_f32(dst + c * kChunkFloats, smem.dq, kChunkBytes, /*add=*/!store);
+          bulk_write_f32(dst, smem.dq, kChunkBytes, /*add=*/!store);
           if constexpr (kDeterministic) {
             if (c == 0 && pending >= 0) {
               bulk_wait_all_but_newest();  // every chunk of the previous block has landed

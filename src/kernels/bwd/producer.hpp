@@ -110,19 +110,21 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
                               typename T::TileQ{}, make_coord(_, _0{}));
       auto q_views = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
       auto do_views = tma_partition(p.tma_do, _0{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
-      const int64_t stats_head = head * p.rows_per_head + w.stats_row0;
+      // Padded rows (workspace.hpp): query block m's LSE and dsum rows are block stats_block0 + m.
+      // An index rather than a 64-bit row offset: warpgroup 0 runs in 24 registers at d = 64.
+      const int stats_block0 = int((head * p.rows_per_head + w.stats_row0) / T::kBlockM);
       // Not unrolled: in warpgroup 0's few registers, an unrolled copy of this loop spills.
 #pragma unroll 1
       for (QueryWalk<T::kRotatedWalk> q{w.m_begin, w.m_first, w.m_end}; !q.done(); q.advance()) {
-        const int m = q.m;
+        const int m = q.m();
         const int qs = rings.acquire_q(smem);
         expect_bytes(smem.q_full[qs], T::kBytesQ + T::kBytesRowStats);
         copy(p.tma_q.with(smem.q_full[qs]), get<0>(q_views)(_, m), get<1>(q_views)(_, qs));
-        bulk_load(smem.lse_log2[qs], p.lse_log2 + stats_head + m * T::kBlockM, T::kBytesRowStats, smem.q_full[qs]);
+        bulk_load(smem.lse_log2[qs], p.lse_log2 + int64_t(stats_block0 + m) * T::kBlockM, T::kBytesRowStats, smem.q_full[qs]);
         const int ds = rings.acquire_do(smem);
         expect_bytes(smem.do_full[ds], T::kBytesQ + T::kBytesRowStats);
         copy(p.tma_do.with(smem.do_full[ds]), get<0>(do_views)(_, m), get<1>(do_views)(_, ds));
-        bulk_load(smem.dsum[ds], p.dsum + stats_head + m * T::kBlockM, T::kBytesRowStats, smem.do_full[ds]);
+        bulk_load(smem.dsum[ds], p.dsum + int64_t(stats_block0 + m) * T::kBlockM, T::kBytesRowStats, smem.do_full[ds]);
         rings.advance();
       }
     }

@@ -36,29 +36,32 @@ __host__ __device__ __forceinline__ int first_query_block(int n_block, int m_beg
 }
 
 // A tile's query blocks in walking order, as a loop cursor: `for (QueryWalk<k> q{b, f, e};
-// !q.done(); q.advance())` visits q.m. kRotated (T::kRotatedWalk) starts at m_first and wraps
-// around; otherwise m_first is m_begin and the cursor is the plain loop's index, reading its
-// bound where it lives (warpgroup 0's loops run in 24 registers at d = 64, and the deterministic
+// !q.done(); q.advance())` visits q.m(). The cursor holds one register and reads the tile's
+// bounds where they live (warpgroup 0's loops run in 24 registers at d = 64, and the deterministic
 // dQ writer keeps its tile's fields in shared memory: a copy of m_end in a register spilled).
+// Without kRotated (T::kRotatedWalk) m_first is m_begin and the cursor is the plain loop's index.
 template <bool kRotated>
 struct QueryWalk {
-  int m;
+  int m_;
   const int& end;
-  __device__ __forceinline__ QueryWalk(int m_begin, int, const int& m_end) : m(m_begin), end(m_end) {}
-  __device__ __forceinline__ bool done() const { return m >= end; }
-  __device__ __forceinline__ void advance() { ++m; }
+  __device__ __forceinline__ QueryWalk(const int& m_begin, const int&, const int& m_end) : m_(m_begin), end(m_end) {}
+  __device__ __forceinline__ int m() const { return m_; }
+  __device__ __forceinline__ bool done() const { return m_ >= end; }
+  __device__ __forceinline__ void advance() { ++m_; }
 };
 
+// Rotated: a position v from m_first up to m_first + count, whose block wraps past m_end to
+// m_begin (session 23's form held the block, the blocks left and both bounds: 52 B of spills at
+// d = 64).
 template <>
 struct QueryWalk<true> {
-  int m, left, begin, end;
-  __device__ __forceinline__ QueryWalk(int m_begin, int m_first, int m_end)
-      : m(m_first), left(m_end - m_begin), begin(m_begin), end(m_end) {}
-  __device__ __forceinline__ bool done() const { return left <= 0; }
-  __device__ __forceinline__ void advance() {
-    --left;
-    if (++m == end) m = begin;
-  }
+  int v;
+  const int &begin, &first, &end;
+  __device__ __forceinline__ QueryWalk(const int& m_begin, const int& m_first, const int& m_end)
+      : v(m_first), begin(m_begin), first(m_first), end(m_end) {}
+  __device__ __forceinline__ int m() const { return v < end ? v : v - (end - begin); }
+  __device__ __forceinline__ bool done() const { return v - first >= end - begin; }
+  __device__ __forceinline__ void advance() { ++v; }
 };
 
 // The query block of the consumers' current step: steps walk the query blocks of each query head

@@ -50,7 +50,7 @@ struct BwdWideTraits {
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
   static constexpr int kProducerRegs = 40;  // as traits.hpp: 40 x 128 + 232 x 256 fits the pool
   static constexpr int kConsumerRegs = 232;
-  static constexpr bool kRotatedWalk = kProducerRegs > 24;  // as traits.hpp
+  static constexpr bool kRotatedWalk = true;  // as traits.hpp
 
   static constexpr int kHalfDim = kHeadDim / 2;  // dK, dV, dQ columns per warpgroup
   // dQ per warpgroup in kDqChunks GEMMs, each handed to the writer (through one shared buffer

@@ -171,9 +171,11 @@ struct BwdConsumer {
       // One step; it also runs the previous step's dQ GEMM. With kPrefetch, S^T of the next
       // step is issued behind that GEMM. The last step is a separate instance so that the
       // number of GEMM batches in flight never depends on a branch (C7518: ptxas would
-      // serialize every WGMMA of the kernel).
-      auto step = [&](int i, auto prefetch, auto& tSrS, auto& tSrdP, auto& tdQrdQ) HOPATTN_LAMBDA_INLINE {
+      // serialize every WGMMA of the kernel). The tile's last step (kLast) frees K and V once
+      // its GEMMs are done, before the dQ hand-off (unless dQ lags: drain's GEMM reads K).
+      auto step = [&](int i, auto prefetch, auto last, auto& tSrS, auto& tSrdP, auto& tdQrdQ) HOPATTN_LAMBDA_INLINE {
         constexpr bool kPrefetch = decltype(prefetch)::value;
+        constexpr bool kLast = decltype(last)::value;
         // The dQ GEMM of this step reads dq_src: the previous step's dS when dQ lags (none in
         // a tile's first step), else this step's (waiting for the other warpgroup's half now).
         const fwd::PackedPipeState<2> dq_src = lag ? prev : ds_pipe;
@@ -235,6 +237,9 @@ struct BwdConsumer {
           warpgroup_wait<0>();
         } else {
           warpgroup_wait<0>();
+          if constexpr (kLast) {
+            if (!lag) release_kv(smem);
+          }
           finish_prev_dq(tdQrdQ, dq_src, real);
         }
         prev = ds_pipe;
@@ -246,6 +251,7 @@ struct BwdConsumer {
         fwd::wait_full(smem.ds_full[prev.stage()], prev.phase());
         issue_prev_dq(tdQrdS, tdQrKt, tdQrdQ, prev);
         warpgroup_wait<0>();
+        release_kv(smem);
         finish_prev_dq(tdQrdQ, prev, true);
       };
       // Warpgroup 1 starts a lagging tile once warpgroup 0 has its first probabilities, so that
@@ -269,17 +275,19 @@ struct BwdConsumer {
         warpgroup_fence_operand(tdQrdQ);
         issue_scores(tSrS, 0);
         warpgroup_wait<0>();
-        for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, tSrS, tSrdP, tdQrdQ);
-        step(steps - 1, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
+        for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
+        step(steps - 1, cute::false_type{}, cute::true_type{}, tSrS, tSrdP, tdQrdQ);
         if (lag) drain(steps, tdQrdQ);
       } else {
-        for (int i = 0; i < steps; ++i) {
-          // Fresh accumulators in every step: 1-2% faster at d64 than ones kept per tile.
+        // Fresh accumulators in every step: 1-2% faster at d64 than ones kept per tile.
+        auto serial_step = [&](int i, auto last) HOPATTN_LAMBDA_INLINE {
           auto tSrS = fresh_scores();
           auto tSrdP = fresh_scores();
           auto tdQrdQ = fresh_dq();
-          step(i, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
-        }
+          step(i, cute::false_type{}, last, tSrS, tSrdP, tdQrdQ);
+        };
+        for (int i = 0; i + 1 < steps; ++i) serial_step(i, cute::false_type{});
+        serial_step(steps - 1, cute::true_type{});
         auto tdQrdQ = fresh_dq();
         if (lag) drain(steps, tdQrdQ);
       }

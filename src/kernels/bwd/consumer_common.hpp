@@ -29,7 +29,17 @@ __device__ __forceinline__ auto salted_smem(E* ptr, int salt, Layout layout) {
 
 // The consumers' walk over key tiles: for each tile with keys, fresh dK and dV accumulators;
 // once K and V have landed, run_steps(w, steps, dK, dV) runs the tile's steps (every query
-// block of every query head in the KV head's group); then K and V are freed and dK, dV stored.
+// block of every query head in the KV head's group) and frees K and V (release_kv) as soon as
+// its last GEMM reading them has completed, before the last dQ hand-off: that hand-off waits for
+// the writer to have read the previous chunk, and the producer loads the next tile's K and V
+// meanwhile. Then dK and dV are stored.
+// Every GEMM of this thread's warpgroup that reads K or V has completed: the producer may
+// overwrite them (once for each consumer thread per tile; kv_empty counts them all).
+template <class Storage>
+__device__ __forceinline__ void release_kv(Storage& smem) {
+  fwd::release(smem.kv_empty);
+}
+
 template <class T, class MmaDkv, class RunSteps>
 __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                   const fwd::TileScheduler& sched, fwd::PackedPipeState<1>& kv_pipe,
@@ -52,8 +62,7 @@ __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, t
     warpgroup_fence_operand(tdKrdK);
     if (!w.empty()) {
       fwd::wait_full(smem.kv_full, kv_pipe.phase());
-      run_steps(w, p.head_group * (w.m_end - w.m_begin), tdKrdK, tdVrdV);
-      fwd::release(smem.kv_empty);  // every GEMM reading K and V has completed
+      run_steps(w, p.head_group * (w.m_end - w.m_begin), tdKrdK, tdVrdV);  // calls release_kv
       kv_pipe.advance();
     }
     store_kv_grads(p, smem, tdKrdK, tdVrdV, mma_dkv, w, tid);

@@ -15,6 +15,7 @@
 //   completes, the next step's S^T issued before the last one (it runs under the hand-off), and
 //   its dP^T too where dO has as many stages as Q (d = 192); else (d = 256: two Q stages, one
 //   dO) dP^T is issued at the step's start, when its dO has had the hand-off's time to land.
+//   The tile's last step frees K and V before its last hand-off (which waits for the writer).
 // Registers per thread at d = 256: dK, dV 64 each for the whole tile, S^T, dP^T 16 each, the dQ
 // chunks 64 together. The dQ chunks do not reuse the registers of S^T and dP^T (dead by
 // then): sharing them made ptxas serialize every WGMMA (C7511).
@@ -137,9 +138,11 @@ struct BwdWideConsumer {
       // are waited for before the loop turns (a GEMM in flight across the back edge makes ptxas
       // serialize every WGMMA, C7514). Without kPrefetchDpT, dP^T is issued at the step's start
       // and runs under the exps. The last step is a separate instance so that the number of
-      // GEMM batches in flight never depends on a branch (C7518).
-      auto step = [&](int i, auto prefetch) {
+      // GEMM batches in flight never depends on a branch (C7518). The tile's last step (kLast)
+      // frees K and V once its last dQ chunk GEMM is done, before that chunk's hand-off.
+      auto step = [&](int i, auto prefetch, auto last) {
         constexpr bool kPrefetch = decltype(prefetch)::value;
+        constexpr bool kLast = decltype(last)::value;
         const int qs = q_pipe.stage(), ds = do_pipe.stage(), m = cur.m;
         const int salt = i & p.opaque_zero;
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
@@ -198,6 +201,7 @@ struct BwdWideConsumer {
             warpgroup_wait<kPrefetched>();
           } else {
             warpgroup_wait<kLater>();
+            if constexpr (kLast && kLater == 0) release_kv(smem);
           }
           auto tdQrdQ_c = tdQrdQ(_, _, _, c);
           warpgroup_fence_operand(tdQrdQ_c);
@@ -208,10 +212,11 @@ struct BwdWideConsumer {
       if constexpr (kOverlapSteps) {
         issue_prefetch(0);
         warpgroup_wait<0>();
-        for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{});
-        step(steps - 1, cute::false_type{});
+        for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, cute::false_type{});
+        step(steps - 1, cute::false_type{}, cute::true_type{});
       } else {
-        for (int i = 0; i < steps; ++i) step(i, cute::false_type{});
+        for (int i = 0; i + 1 < steps; ++i) step(i, cute::false_type{}, cute::false_type{});
+        step(steps - 1, cute::false_type{}, cute::true_type{});
       }
     });
   }

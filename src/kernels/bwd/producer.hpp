@@ -1,6 +1,7 @@
-// The load warp (warpgroup 0, warp 0, one elected thread): per tile, K and V once; then per step
-// Q, dO (TMA) and the step's lse_log2 and dsum rows (1-D bulk copies) into the step rings
-// (StepLoadRings: one ring for both, or one each where Q has more stages than dO).
+// The load warp (warpgroup 0, warp 0, one elected thread): per tile, K and V once (after the
+// tile's first Q where T::kFirstQBeforeKv); per step Q, dO (TMA) and the step's lse_log2 and dsum
+// rows (1-D bulk copies) into the step rings (StepLoadRings: one ring for both, or one each where
+// Q has more stages than dO).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -94,13 +95,26 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
     Tensor gV = local_tile(domain_offset(make_coord(w.si.k_offset, _0{}), mV(_, _, w.kv_head, b)),
                            typename T::TileKV{}, make_coord(w.n_block, _0{}));
     // tma_partition takes the TMA box as the first mode: group (rows, d) into one.
-    auto [tKg, tKs] = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVg, tVs] = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-    wait_empty(smem.kv_empty, kv_pipe.phase());
-    expect_bytes(smem.kv_full, 2 * T::kBytesKV);
-    copy(p.tma_k.with(smem.kv_full), tKg, tKs);
-    copy(p.tma_v.with(smem.kv_full), tVg, tVs);
-    kv_pipe.advance();
+    auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto load_kv = [&] {
+      wait_empty(smem.kv_empty, kv_pipe.phase());
+      expect_bytes(smem.kv_full, 2 * T::kBytesKV);
+      copy(p.tma_k.with(smem.kv_full), get<0>(k_views), get<1>(k_views));
+      copy(p.tma_v.with(smem.kv_full), get<0>(v_views), get<1>(v_views));
+      kv_pipe.advance();
+    };
+    // K and V free only once the previous tile's last GEMM is done; its last step's Q stage (and
+    // dO's, with one ring for both) is free earlier. With T::kFirstQBeforeKv the tile's first Q
+    // (and dO) are loaded before K and V, so they have landed when K does.
+    bool kv_left = T::kFirstQBeforeKv;
+    auto load_kv_after_first_q = [&] {
+      if constexpr (T::kFirstQBeforeKv) {
+        if (kv_left) load_kv();
+        kv_left = false;
+      }
+    };
+    if constexpr (!T::kFirstQBeforeKv) load_kv();
 
     for (int g = 0; g < p.head_group; ++g) {
       const int head = w.kv_head * p.head_group + g;
@@ -121,10 +135,12 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
         expect_bytes(smem.q_full[qs], T::kBytesQ + T::kBytesRowStats);
         copy(p.tma_q.with(smem.q_full[qs]), get<0>(q_views)(_, m), get<1>(q_views)(_, qs));
         bulk_load(smem.lse_log2[qs], p.lse_log2 + int64_t(stats_block0 + m) * T::kBlockM, T::kBytesRowStats, smem.q_full[qs]);
+        if constexpr (T::kSplitQdoRings) load_kv_after_first_q();  // dO's own stage frees with K and V
         const int ds = rings.acquire_do(smem);
         expect_bytes(smem.do_full[ds], T::kBytesQ + T::kBytesRowStats);
         copy(p.tma_do.with(smem.do_full[ds]), get<0>(do_views)(_, m), get<1>(do_views)(_, ds));
         bulk_load(smem.dsum[ds], p.dsum + int64_t(stats_block0 + m) * T::kBlockM, T::kBytesRowStats, smem.do_full[ds]);
+        if constexpr (!T::kSplitQdoRings) load_kv_after_first_q();
         rings.advance();
       }
     }

@@ -106,6 +106,9 @@ struct BwdTraits {
   // the writer's address formed at its use it compiles without spills, and d = 64 unmasked gained
   // 10% at 512 keys and 6% at 1k (H100, session 25). The plain walk stays for experiments.
   static constexpr bool kRotatedWalk = true;
+  // The producer loads a tile's first Q and dO before its K and V (producer.hpp): +0.3..2.9% at
+  // d128 (H100, session 25); at d = 64 its flag spilled 16 B of warpgroup 0's 24 registers.
+  static constexpr bool kFirstQBeforeKv = kProducerRegs > 24;
   // How the dQ GEMM is split between the two warpgroups (see the header comment).
 #ifndef HOPATTN_BWD_DQ_SPLIT_ROWS
 #define HOPATTN_BWD_DQ_SPLIT_ROWS 1

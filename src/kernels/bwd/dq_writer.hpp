@@ -7,7 +7,7 @@
 // each is a contiguous range of the block in dq_accum (see hand_off_dq).
 //
 // Unless `p.dq_accum_cleared` (clears_dq_accum in launch.hpp says where waiting for a first
-// store would cost more than clearing: e.g. without a mask at d64 or beyond 1k keys), dq_accum
+// store would cost more than clearing: e.g. without a mask beyond 1k keys), dq_accum
 // is not cleared (that was a third of the preprocess's traffic, and the main kernel then read the
 // zeros back from memory): the first key block to write a query block *stores* its partial (a
 // bulk copy), and the others add to it once that store has landed. The block's state

@@ -176,6 +176,7 @@ struct BwdConsumer {
       auto step = [&](int i, auto prefetch, auto last, auto& tSrS, auto& tSrdP, auto& tdQrdQ) HOPATTN_LAMBDA_INLINE {
         constexpr bool kPrefetch = decltype(prefetch)::value;
         constexpr bool kLast = decltype(last)::value;
+        static_assert(!(kLast && kPrefetch), "the last step releases K/V in its non-prefetch branch");
         // The dQ GEMM of this step reads dq_src: the previous step's dS when dQ lags (none in
         // a tile's first step), else this step's (waiting for the other warpgroup's half now).
         const fwd::PackedPipeState<2> dq_src = lag ? prev : ds_pipe;

@@ -143,6 +143,7 @@ struct BwdWideConsumer {
       auto step = [&](int i, auto prefetch, auto last) {
         constexpr bool kPrefetch = decltype(prefetch)::value;
         constexpr bool kLast = decltype(last)::value;
+        static_assert(!(kLast && kPrefetch), "the last step releases K/V in its non-prefetch branch");
         const int qs = q_pipe.stage(), ds = do_pipe.stage(), m = cur.m;
         const int salt = i & p.opaque_zero;
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =

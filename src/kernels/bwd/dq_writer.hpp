@@ -178,7 +178,7 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
       // has 24 registers at d = 64: a pointer held besides them spilled).
       const int block0 = int(((t.kv_head * p.head_group + g) * p.rows_per_head + t.stats_row0) / T::kBlockM);
 #pragma unroll 1  // in warpgroup 0's few registers, an unrolled copy of this loop spills
-      for (QueryWalk<T::kRotatedWalk> q{t.m_begin, t.m_first, t.m_end}; !q.done(); q.advance()) {
+      for (QueryWalk q{t.m_begin, t.m_first, t.m_end}; !q.done(); q.advance()) {
         const int m = q.m();
         const int block = block0 + m;
         // Before dq_full, so that the polls overlap the consumers' step. store: this writer

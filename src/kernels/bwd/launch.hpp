@@ -42,14 +42,14 @@ size_t workspace_bytes(const BwdArgs& a) {
 // step after its first writer: 0.89-0.94x at causal 2k-8k, so beyond 1024 keys they keep the
 // clear. Without a mask the key blocks of a head walk the same query blocks side by side; all
 // but one would wait for that store at every step (d128 2k 0.91x, d256 0.85x) unless each tile
-// starts its walk elsewhere (T::kRotatedWalk: +5..6% at d128 512, +4% at d256 512, +1..3% at
-// 1k, +5% with GQA 4 at d128 1k, 0.99-1.01 at 2k, -1% at 8k; d64 +10% at 512, +6% at 1k), so
-// unmasked problems take first stores only with rotated walks and up to 1024 keys.
+// starts its walk elsewhere (rotate_walk, schedule.hpp: +5..6% at d128 512, +4% at d256 512,
+// +1..3% at 1k, +5% with GQA 4 at d128 1k, 0.99-1.01 at 2k, -1% at 8k; d64 +10% at 512, +6% at
+// 1k), so unmasked problems take first stores only up to 1024 keys.
 template <class T>
 bool clears_dq_accum(const BwdArgs& a) {
   const bool narrow_tiles_past_1k = T::kBlockN < 128 && a.seqlen_k > 1024;  // varlen: the longest sequence
   if (a.has_window() || a.deterministic) return narrow_tiles_past_1k;
-  return !T::kRotatedWalk || a.seqlen_k > 1024;
+  return a.seqlen_k > 1024;
 }
 
 // The fields every backward kernel reads, the same for the three launches (so the clear policy

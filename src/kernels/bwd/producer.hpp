@@ -129,7 +129,7 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
       const int stats_block0 = int((head * p.rows_per_head + w.stats_row0) / T::kBlockM);
       // Not unrolled: in warpgroup 0's few registers, an unrolled copy of this loop spills.
 #pragma unroll 1
-      for (QueryWalk<T::kRotatedWalk> q{w.m_begin, w.m_first, w.m_end}; !q.done(); q.advance()) {
+      for (QueryWalk q{w.m_begin, w.m_first, w.m_end}; !q.done(); q.advance()) {
         const int m = q.m();
         const int qs = rings.acquire_q(smem);
         expect_bytes(smem.q_full[qs], T::kBytesQ + T::kBytesRowStats);

@@ -35,26 +35,14 @@ __host__ __device__ __forceinline__ int first_query_block(int n_block, int m_beg
   return m_begin + n_block * kBlockN / kBlockM % (m_end - m_begin);
 }
 
-// A tile's query blocks in walking order, as a loop cursor: `for (QueryWalk<k> q{b, f, e};
-// !q.done(); q.advance())` visits q.m(). The cursor holds one register and reads the tile's
-// bounds where they live (warpgroup 0's loops run in 24 registers at d = 64, and the deterministic
-// dQ writer keeps its tile's fields in shared memory: a copy of m_end in a register spilled).
-// Without kRotated (T::kRotatedWalk) m_first is m_begin and the cursor is the plain loop's index.
-template <bool kRotated>
+// A tile's query blocks in walking order, as a loop cursor: `for (QueryWalk q{b, f, e};
+// !q.done(); q.advance())` visits q.m(): a position v from m_first up to m_first + count, whose
+// block wraps past m_end to m_begin (where the walk is not rotated, m_first is m_begin and this
+// is the plain loop). The cursor holds one register and reads the tile's bounds where they live
+// (warpgroup 0's loops run in 24 registers at d = 64, and the deterministic dQ writer keeps its
+// tile's fields in shared memory; session 23's form held the block, the blocks left and both
+// bounds: 52 B of spills at d = 64).
 struct QueryWalk {
-  int m_;
-  const int& end;
-  __device__ __forceinline__ QueryWalk(const int& m_begin, const int&, const int& m_end) : m_(m_begin), end(m_end) {}
-  __device__ __forceinline__ int m() const { return m_; }
-  __device__ __forceinline__ bool done() const { return m_ >= end; }
-  __device__ __forceinline__ void advance() { ++m_; }
-};
-
-// Rotated: a position v from m_first up to m_first + count, whose block wraps past m_end to
-// m_begin (session 23's form held the block, the blocks left and both bounds: 52 B of spills at
-// d = 64).
-template <>
-struct QueryWalk<true> {
   int v;
   const int &begin, &first, &end;
   __device__ __forceinline__ QueryWalk(const int& m_begin, const int& m_first, const int& m_end)
@@ -83,8 +71,7 @@ __device__ __forceinline__ TileWork<T> tile_work(const Params& p, const fwd::Til
   w.si = fwd::seq_info(p, c.batch);
   w.mask = {w.si.seqlen_q, w.si.seqlen_k, p.window_left, p.window_right};
   w.mask.m_block_range(w.n_block, w.m_begin, w.m_end);
-  w.m_first = T::kRotatedWalk ? first_query_block<T::kBlockM, T::kBlockN>(w.n_block, w.m_begin, w.m_end, p.rotate_walk)
-                              : w.m_begin;
+  w.m_first = first_query_block<T::kBlockM, T::kBlockN>(w.n_block, w.m_begin, w.m_end, p.rotate_walk);
   w.stats_row0 = padded_row_start<T::kBlockM>(p.cu_seqlens_q != nullptr, c.batch, w.si.q_offset,
                                               p.seqlen_q_rounded);
   return w;

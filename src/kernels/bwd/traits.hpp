@@ -100,12 +100,6 @@ struct BwdTraits {
 #endif
   static constexpr int kConsumerRegs = (168 * 3 - kProducerRegs) / kNumConsumerWgs / 8 * 8;  // 232 (24: 240)
   static_assert(kProducerRegs * 128 + kConsumerRegs * kNumConsumerThreads <= 168 * kNumThreads);
-  // Whether a tile's walk over the query blocks may start past m_begin (schedule.hpp,
-  // first_query_block). Session 23 kept d = 64 (warpgroup 0 at 24 registers) on the plain walk:
-  // 40-52 B of spills. With the one-register QueryWalk, the producer's stats as a block index and
-  // the writer's address formed at its use it compiles without spills, and d = 64 unmasked gained
-  // 10% at 512 keys and 6% at 1k (H100, session 25). The plain walk stays for experiments.
-  static constexpr bool kRotatedWalk = true;
   // The producer loads a tile's first Q and dO before its K and V (producer.hpp): +0.3..2.9% at
   // d128 (H100, session 25); at d = 64 its flag spilled 16 B of warpgroup 0's 24 registers.
   static constexpr bool kFirstQBeforeKv = kProducerRegs > 24;

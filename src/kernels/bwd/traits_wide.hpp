@@ -50,7 +50,6 @@ struct BwdWideTraits {
   static constexpr int kNumThreads = kNumConsumerThreads + 128;
   static constexpr int kProducerRegs = 40;  // as traits.hpp: 40 x 128 + 232 x 256 fits the pool
   static constexpr int kConsumerRegs = 232;
-  static constexpr bool kRotatedWalk = true;  // as traits.hpp
   // Q before K and V at a tile's start (traits.hpp): +0.8..1.2% over the early K/V release alone
   // at d = 256 512-2k (H100, session 25).
   static constexpr bool kFirstQBeforeKv = true;

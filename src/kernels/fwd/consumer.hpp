@@ -22,6 +22,7 @@
 #include "kernels/fwd/pipeline.hpp"
 #include "kernels/fwd/softmax.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
+#include "kernels/fwd/timeline.hpp"
 
 namespace hopattn::kernels::fwd {
 
@@ -76,6 +77,7 @@ struct Consumer {
   PipeState<T::kStages> k_pipe, v_pipe;  // K and V rings advance independently
   PipeState<T::kQStages> q_pipe;
   Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
+  Timeline timeline;                  // experiment probe (timeline.hpp); empty unless enabled
 
   // Softcap and mask, in place: the scores as the softmax sees them.
   template <class TensorS, class TensorC>
@@ -312,6 +314,8 @@ struct Consumer {
     pingpong.start_tile_stream();
     TileRingState ring;
     for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {
+      timeline.next_tile();
+      timeline.mark(kTileReceived);
       const TileCoord c = sched.decode(tile);
       const SeqInfo si = seq_info(p, c.batch);
       if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
@@ -333,6 +337,7 @@ struct Consumer {
       float o_units = 1.f;  // FP8: the V block descale O is currently expressed in
       if (n_end > n_begin) {
         wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
+        timeline.mark(kQLanded);
         auto tSrQ_tile = tSrQ(_, _, _, q_pipe.stage);
         // Q's operand for key block n. With kRebuildQDescriptor it is rebuilt for every block
         // from a base ptxas cannot prove constant (offset by n & opaque_zero, always 0), instead
@@ -349,6 +354,7 @@ struct Consumer {
         o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end);
       }
       Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid);
+      timeline.mark(kEpilogueDone);
     }
     Epilogue<T>::drain(tid);
   }
@@ -417,10 +423,12 @@ struct Consumer {
       auto tSrQ = q_at(n_end - 1);
       issue_scores(mma_qk, tSrQ, tSrK, tSrS);
       pingpong.hand_over();
+      timeline.mark(kFirstScoresIssued);
       read_key_descales(k_scale, v_block);
       v_units = Scales::v_units(v_block, 1.f);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
+      timeline.mark(kFirstScoresDone);
       release_k();
       bool lost;  // never on a tile's first block
       scores_to_probs(tSrS, tScS, true, mask, c, si, n_end - 1, row_scales(k_scale), softmax, o_scale, lost);
@@ -437,6 +445,7 @@ struct Consumer {
         rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
         issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
+        if (n == n_end - 2) timeline.mark(kFirstPvIssued);
         read_key_descales(k_scale, v_block);
         const float v_next = Scales::v_units(v_block, v_units);
         warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
@@ -460,8 +469,10 @@ struct Consumer {
       rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
       issue_pv(mma_pv, tOrP, tOrVt, tOrO);
       pingpong.hand_over();
+      timeline.mark(kLastPvIssued);
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
+      timeline.mark(kLastPvDone);
       release_v();
     } else {
       // Ablation: no intra-warpgroup overlap; each GEMM is waited for before the softmax.

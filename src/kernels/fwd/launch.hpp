@@ -183,6 +183,9 @@ void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
   const int grid = std::min(p.num_tiles, a.num_sms);
   kernel<<<grid, T::kNumThreads, T::kSmemBytes, stream>>>(p);
   HOPATTN_CUDA_CHECK(cudaGetLastError());
+#ifdef HOPATTN_EXP_TIMELINE
+  timeline_print_kernel<<<1, 1, 0, stream>>>();
+#endif
 }
 
 template <class T>

@@ -9,6 +9,7 @@
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
+#include "kernels/fwd/timeline.hpp"
 
 namespace hopattn::kernels::fwd {
 
@@ -27,12 +28,15 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
   PipeState<T::kStages> k_pipe, v_pipe;
   PipeState<T::kQStages> q_pipe;
   TileRingState ring;
+  Timeline timeline(0);  // experiment probe (timeline.hpp)
   int tile = sched.first_tile();
   publish_tile(smem.tiles, ring, tile);
   // The next tile is claimed once this tile's loads are issued (the consumers need it only at
   // this tile's end): +1.6..3.5% under a causal mask at 512-1k, -0.5% unmasked at d128 (H100,
   // perf-log session 21), as in the backward's producer.
   for (; tile < sched.num_tiles; tile = claim_and_publish(sched, smem.tiles, ring)) {
+    timeline.next_tile();
+    timeline.mark(kTileClaimed);
     const TileCoord c = sched.decode(tile);
     const SeqInfo si = seq_info(p, c.batch);
     if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
@@ -54,10 +58,15 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
+    // With one Q buffer the next tile's Q can load only after this tile's last Q K^T; this loop
+    // turn starts at the claim, about a block earlier, so the Q box is sent to L2 now and the
+    // load below finds it there (T::kPrefetchNextQ).
+    if constexpr (T::kPrefetchNextQ) prefetch(p.tma_q, tQg);
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);  // consumers done with that buffer's Q
     expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
     copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));
     q_pipe.advance();
+    timeline.mark(kQIssued);
     // K runs one block ahead of V: the consumers need K_{n-1} (next scores) and V_n (this
     // block's P V) at the same time, and K stages are released a GEMM earlier than V stages.
     auto load_k = [&](int n) {
@@ -77,6 +86,7 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
       if (n > n_begin) load_k(n - 1);
       load_v(n);
     }
+    timeline.mark(kLastVIssued);
   }
 }
 

@@ -71,6 +71,7 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
     auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
     const Fp8KeyScales scales = Fp8KeyScales::load(p, c);
 
+    if constexpr (T::kPrefetchNextQ) prefetch(p.tma_q, tQg);  // as producer.hpp
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);
     expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
     copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));

@@ -71,10 +71,9 @@ struct FwdTraits {
   static constexpr int kNumConsumerWgs = kBlockM / 64;
   // The element-wise mask with bounds relative to each thread's first column (WindowMask::apply):
   // +2..4% on masked blocks of the d64 and d128 kernels with two consumer warpgroups (H200,
-  // perf-log session 22). The d64 kernel with three (160 registers) spilled 4 B with it; d96,
-  // d192 and d256 compile without spills but have not run it on a GPU yet: they keep the
-  // absolute form until they have.
-  static constexpr bool kRelativeMaskBounds = kNumConsumerWgs == 2 && (kHeadDim_ == 64 || kHeadDim_ == 128);
+  // perf-log session 22), +0.6..2% causal at d96, d192 and d256 (H100, session 26). The d64
+  // kernel with three (160 registers) spilled 4 B with it.
+  static constexpr bool kRelativeMaskBounds = kNumConsumerWgs == 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumProducerThreads = 128;  // one elected thread works
   static constexpr int kNumTransposeThreads = 0;   // FP8 only (traits_fp8.hpp)
@@ -127,6 +126,11 @@ struct FwdTraits {
                                       TileQ{}, _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
                                        take<0, 2>(SmemLayoutK{}), TileKV{}, _1{}));
+
+  // With one Q buffer the producer prefetches the next tile's Q to L2 when it claims that tile
+  // (producer.hpp): +0.4..1.2% at d256 512-2k, neutral at 4k and at d128's 176-key kernel (H100,
+  // perf-log session 26).
+  static constexpr bool kPrefetchNextQ = kQStages == 1;
 
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);

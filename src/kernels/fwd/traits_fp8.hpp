@@ -88,6 +88,7 @@ struct FwdFp8Traits {
   static constexpr int kSmemQBytes = kBlockM * kHeadDim;
   static constexpr int kSmemKVBytes = 3 * kStages * kBlockN * kHeadDim;  // K, V staging, V^T
   static constexpr int kQStages = 2 * kSmemQBytes + kSmemKVBytes + 1024 <= 227 * 1024 ? 2 : 1;
+  static constexpr bool kPrefetchNextQ = kQStages == 1;  // traits.hpp; d = 256 here
 
   using SmemAtom = decltype(k_major_smem_atom<Element, kHeadDim>());
   using SmemLayoutQ = decltype(tile_to_shape(SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQStages>>{}));

@@ -1,0 +1,76 @@
+// Experiment probe, compiled only with -DHOPATTN_EXP_TIMELINE=<cta> (tools/fwd-timeline): SM
+// clock stamps of each tile's phases in one CTA, printed by a one-thread kernel launched after
+// the forward (launch.hpp), so that the cost of a tile boundary splits into its parts (Q arriving,
+// the first Q K^T, the last P V, the epilogue). One thread per role records: the producer's loader
+// and thread 0 of each consumer warpgroup. Without the switch every call compiles to nothing.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+
+namespace hopattn::kernels::fwd {
+
+// Consumer events per tile (thread 0 of its warpgroup).
+enum TimelineEvent : int {
+  kTileReceived,  // receive_tile returned
+  kQLanded,       // wait for the tile's Q done
+  kFirstScoresIssued,
+  kFirstScoresDone,
+  kFirstPvIssued,
+  kLastPvIssued,
+  kLastPvDone,
+  kEpilogueDone,
+  kNumTimelineEvents
+};
+// Producer events per tile (the loader).
+enum ProducerTimelineEvent : int { kTileClaimed, kQIssued, kLastVIssued };
+
+#ifdef HOPATTN_EXP_TIMELINE
+// Stamps in global memory (a static buffer of each kernel's translation unit), so that the probe
+// adds a store per event and three registers, not a local-memory array, to the kernel it times.
+constexpr int kTimelineMaxTiles = 48;
+static __device__ long long timeline_stamps[4][kTimelineMaxTiles][kNumTimelineEvents];
+static __device__ int timeline_tiles[4];  // tiles each role recorded
+
+struct Timeline {
+  bool on;
+  int role, tile = -1;  // role: 0 producer, 1 + w consumer warpgroup w
+  // A consumer's: thread 0 of each consumer warpgroup records.
+  __device__ Timeline()
+      : on(threadIdx.x >= 128 && threadIdx.x % 128 == 0 && int(blockIdx.x) == HOPATTN_EXP_TIMELINE),
+        role(int(threadIdx.x) / 128) {}
+  // The producer's (constructed by the loader thread only).
+  __device__ explicit Timeline(int producer_role) : on(int(blockIdx.x) == HOPATTN_EXP_TIMELINE), role(producer_role) {}
+  __device__ __forceinline__ void next_tile() {
+    if (on && ++tile < kTimelineMaxTiles) {
+      for (int e = 0; e < kNumTimelineEvents; ++e) timeline_stamps[role][tile][e] = 0;
+      timeline_tiles[role] = tile + 1;
+    }
+  }
+  __device__ __forceinline__ void mark(int event) {
+    if (on && tile >= 0 && tile < kTimelineMaxTiles) timeline_stamps[role][tile][event] = clock64();
+  }
+};
+
+// Launched after the kernel (launch.hpp): with printf inside the warp-specialized kernel (its
+// producer runs in 24 registers) the launch ended in an illegal-instruction error.
+static __global__ void timeline_print_kernel() {
+  for (int role = 0; role < 4; ++role) {
+    for (int t = 0; t < timeline_tiles[role]; ++t) {
+      const long long* e = timeline_stamps[role][t];
+      printf("timeline role %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld\n", role, t, e[0], e[1], e[2], e[3],
+             e[4], e[5], e[6], e[7]);
+    }
+    timeline_tiles[role] = 0;
+  }
+}
+#else
+struct Timeline {
+  __device__ Timeline() {}
+  __device__ explicit Timeline(int) {}
+  __device__ __forceinline__ void next_tile() {}
+  __device__ __forceinline__ void mark(int) {}
+};
+#endif
+
+}  // namespace hopattn::kernels::fwd

@@ -58,9 +58,9 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
 
-    // With one Q buffer the next tile's Q can load only after this tile's last Q K^T; this loop
-    // turn starts at the claim, about a block earlier, so the Q box is sent to L2 now and the
-    // load below finds it there (T::kPrefetchNextQ).
+    // With one Q buffer this tile's Q can load only after the previous tile's last Q K^T; this
+    // loop turn starts at the claim, about a block earlier, so the Q box is sent to L2 now and
+    // the load below finds it there (T::kPrefetchNextQ).
     if constexpr (T::kPrefetchNextQ) prefetch(p.tma_q, tQg);
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);  // consumers done with that buffer's Q
     expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);

@@ -28,6 +28,8 @@ enum ProducerTimelineEvent : int { kTileClaimed, kQIssued, kLastVIssued };
 #ifdef HOPATTN_EXP_TIMELINE
 // Stamps in global memory (a static buffer of each kernel's translation unit), so that the probe
 // adds a store per event and three registers, not a local-memory array, to the kernel it times.
+// Each mark is a branch taken by one lane, between GEMM issues and waits: ptxas may schedule the
+// probed kernel a little differently (the d256 kernel spills 24-28 B with it).
 constexpr int kTimelineMaxTiles = 48;
 static __device__ long long timeline_stamps[4][kTimelineMaxTiles][kNumTimelineEvents];
 static __device__ int timeline_tiles[4];  // tiles each role recorded

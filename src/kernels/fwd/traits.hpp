@@ -71,8 +71,9 @@ struct FwdTraits {
   static constexpr int kNumConsumerWgs = kBlockM / 64;
   // The element-wise mask with bounds relative to each thread's first column (WindowMask::apply):
   // +2..4% on masked blocks of the d64 and d128 kernels with two consumer warpgroups (H200,
-  // perf-log session 22), +0.6..2% causal at d96, d192 and d256 (H100, session 26). The d64
-  // kernel with three (160 registers) spilled 4 B with it.
+  // perf-log session 22); at d96, d192 and d256 since session 26 (H100, against the Q prefetch
+  // alone: causal 1k +0.7% at d192, +2% at d96; d256 causal 512-2k 0.999-1.016 with both). The
+  // d64 kernel with three (160 registers) spilled 4 B with it.
   static constexpr bool kRelativeMaskBounds = kNumConsumerWgs == 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumProducerThreads = 128;  // one elected thread works
@@ -102,8 +103,9 @@ struct FwdTraits {
                            GMMA::Major::K, GMMA::Major::MN>(),
       ConsumerAtoms{}));
 
-  // Q is double-buffered where shared memory allows (d <= 128 here), so that the producer loads
-  // the next tile's Q while this tile runs instead of after its last Q K^T.
+  // Q is double-buffered where shared memory allows (d64, d96, and d128's 128-key kernels; not
+  // d128's 176-key kernel, d192 or d256), so that the producer loads the next tile's Q while this
+  // tile runs instead of after its last Q K^T.
   static constexpr int kSmemKVBytes = 2 * kStages * kBlockN * kHeadDim * int(sizeof(Element));
   static constexpr int kSmemQBytes = kBlockM * kHeadDim * int(sizeof(Element));
   static constexpr int kQStages = 2 * kSmemQBytes + kSmemKVBytes + 1024 <= 227 * 1024 ? 2 : 1;

@@ -55,6 +55,7 @@ TEST_P(FwdTest, MatchesFloat64Reference) {
   p.mask = {c.causal, c.window_left, c.window_right};
   p.softcap = c.softcap;
   p.tuning.disable_intra_wg_overlap = c.no_overlap;
+  p.tuning.disable_pingpong = c.no_pingpong;
   if (!c.force_kernel.empty()) p.tuning.kernel = c.force_kernel.c_str();
   p.tuning.l2_section_pairs = c.l2_section_pairs;
   VarlenArrays varlen_arrays;
@@ -159,6 +160,11 @@ std::vector<FwdCase> coverage() {
   // every length and mask: ragged causal and windowed.
   add([](FwdCase& c) { c.no_overlap = true; c.seqlen_q = 300; c.seqlen_k = 517; c.causal = true; });
   add([](FwdCase& c) { c.no_overlap = true; c.seqlen_q = 190; c.seqlen_k = 2200; c.window_left = 200; c.window_right = 10; });
+  // Without the pingpong token (Table 2's other switch): the two- and three-warpgroup kernels.
+  add([](FwdCase& c) { c.no_pingpong = true; c.seqlen_q = 300; c.seqlen_k = 517; c.causal = true; });
+  add([](FwdCase& c) { c.no_pingpong = true; c.head_dim = 64; c.seqlen_q = 1000; c.seqlen_k = 1100; c.gain_keys = 200; c.key_gain = 64.f; });
+  add([](FwdCase& c) { c.no_pingpong = true; c.no_overlap = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; });
+  add([](FwdCase& c) { c.no_pingpong = true; c.head_dim = 256; c.seqlen_q = 200; c.seqlen_k = 500; c.window_left = 100; });
   // Experiment knobs (FwdTuning): each d128 kernel forced onto problems the dispatcher gives
   // another one, and L2 sections smaller than the heads (the tile order changes, not the result).
   add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128_staged"; c.seqlen_q = 300; c.seqlen_k = 2500; c.causal = true; });

@@ -147,7 +147,7 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   set_score_scale(p, a);
   p.window_left = a.window_left;
   p.window_right = a.window_right;
-  p.pingpong = !a.disable_pingpong;
+  p.pingpong = T::kPingpong && !a.disable_pingpong;
   if constexpr (T::kFp8) set_fp8_fields<T>(p, a);
   if constexpr (T::kMaxFreeBlocks) set_raw_qk_fields<T>(p, a);
 

@@ -17,6 +17,11 @@
 #ifndef HOPATTN_MAX_FREE_16BIT
 #define HOPATTN_MAX_FREE_16BIT -1
 #endif
+// Experiment switch for every forward kernel's pingpong policy (kPingpong): 1 on, 0 off, -1 the
+// per-kernel defaults.
+#ifndef HOPATTN_EXP_PINGPONG
+#define HOPATTN_EXP_PINGPONG -1
+#endif
 
 namespace hopattn::kernels::fwd {
 
@@ -57,6 +62,9 @@ struct FwdTraits {
   // deferred until the wait for P V (then P's registers are free). d192 spills 44 bytes with
   // the first and none with the second; d96, d128 and FP8 (0.84-0.98 deferred) keep the first.
   static constexpr bool kRecomputeAfterPvWait = kHeadDim_ == 192;
+  // The consumer warpgroups pass the GEMM token (pingpong, Consumer's Pingpong); the run-time
+  // ablation switch (FwdTuning::disable_pingpong) can only turn it off.
+  static constexpr bool kPingpong = HOPATTN_EXP_PINGPONG != 0;
   // Rebuild Q's WGMMA descriptor for every key block (Consumer::run, q_at) instead of holding
   // one per tile: the d64 kernel with three warpgroups at 160 registers spilled it (12 B, one
   // reload per block) with max-free blocks, and spills nothing this way. Only there, so that the

@@ -35,7 +35,8 @@ struct FwdFp8Traits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;  // depth of the K, V-staging and V^T rings
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
-  static constexpr bool kSoftmaxUnderOwnPv = false;  // measured 3-9% slower (traits.hpp)
+  // Measured 3-9% slower (traits.hpp); without the pingpong token 0.98-1.00 (session 27).
+  static constexpr bool kSoftmaxUnderOwnPv = false;
   // The idle-warpgroup path (traits.hpp) with three consumer warpgroups only: with two, the
   // warp-uniform warpgroup index it needs (kernel.hpp) measured 2-4% slower at 8k, where no
   // warpgroup idles anyway; with three (192-row tiles) it gained +4..6% at 512-1k and +0..1%
@@ -47,6 +48,11 @@ struct FwdFp8Traits {
   // -6..+7% at d256 against taking them (perf-log, session 14).
   static constexpr bool kMaxFreeBlocks = true;
   static constexpr bool kRecomputeAfterPvWait = false;  // deferred: d64 0.84-0.97 (traits.hpp)
+  // Pingpong (traits.hpp): off. Since the max-free blocks shortened the softmax (session 14), the
+  // token costs more than it orders: without it d128 +5..12% unmasked and +2..8% causal, d64
+  // +2..3% (its 1k unmasked -1%), d256 +1% (H100, perf-log session 27). FwdTuning's switch is a
+  // no-op here; -DHOPATTN_EXP_PINGPONG=1 builds the token back in.
+  static constexpr bool kPingpong = HOPATTN_EXP_PINGPONG > 0;
   static constexpr bool kRebuildQDescriptor = false;   // traits.hpp; no spill to remove here
   static_assert(kBlockN % 32 == 0, "FP8 P V consumes keys in k32 slices");
   static_assert(kBlockN == 128, "the V^T rows are one 128-byte swizzle row (v_transpose.hpp)");

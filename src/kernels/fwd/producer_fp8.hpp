@@ -14,7 +14,8 @@
 //   transposers: wait staged V_n, wait V^T slot free, transpose, fence to the async proxy,
 //                arrive v_full (consumers may read), arrive v_stage_empty (TMA may refill)
 // No cycle: the loader waits only for the consumers (K) and the transposers (staging slots of
-// earlier blocks); the transposers for the loader (V_n) and the consumers' P V of block n+2.
+// earlier blocks); the transposers for the loader (V_n) and the consumers' P V of block
+// n+kStages (the V^T slot's previous tenant).
 #pragma once
 
 #include <cute/tensor.hpp>

@@ -50,7 +50,7 @@ struct FwdFp8Traits {
   static constexpr bool kRecomputeAfterPvWait = false;  // deferred: d64 0.84-0.97 (traits.hpp)
   // Pingpong (traits.hpp): off. Since the max-free blocks shortened the softmax (session 14), the
   // token costs more than it orders: without it d128 +5..12% unmasked and +2..8% causal, d64
-  // +2..3% (its 1k unmasked -1%), d256 +1% (H100, perf-log session 27). FwdTuning's switch is a
+  // +1.6..3.2% (its 1k unmasked -1%), d256 +1% (H100, perf-log session 27). FwdTuning's switch is a
   // no-op here; -DHOPATTN_EXP_PINGPONG=1 builds the token back in.
   static constexpr bool kPingpong = HOPATTN_EXP_PINGPONG > 0;
   static constexpr bool kRebuildQDescriptor = false;   // traits.hpp; no spill to remove here

@@ -73,11 +73,11 @@ struct SwizzledRows {
   }
 };
 
-template <class Layout, class Closed, int kRowsTotal, int kCols>
+template <class Layout, class Closed, int kRowsTotal, int kCols, int kStages>
 constexpr bool closed_form_matches() {
   for (int row = 0; row < kRowsTotal; row += 3)  // a sample: constexpr evaluation has a step limit
     for (int col = 0; col < kCols; col += 16)
-      for (int stage = 0; stage < 2; ++stage)
+      for (int stage = 0; stage < kStages; ++stage)
         if (cute_fp8_offset<Layout>(row, col, stage) != Closed::offset(row, col, stage)) return false;
   return true;
 }
@@ -89,9 +89,9 @@ struct VTranspose {
   static constexpr int kVWidth = T::kHeadDim >= 128 ? 128 : T::kHeadDim;  // staging swizzle atom
   using Src = SwizzledRows<T::kBlockN, kVWidth, T::kBlockN * T::kHeadDim>;       // (keys, d)
   using Dst = SwizzledRows<T::kHeadDim, T::kBlockN, T::kBlockN * T::kHeadDim>;   // (d, keys)
-  static_assert(closed_form_matches<typename T::SmemLayoutVStage, Src, T::kBlockN, T::kHeadDim>(),
+  static_assert(closed_form_matches<typename T::SmemLayoutVStage, Src, T::kBlockN, T::kHeadDim, T::kStages>(),
                 "staging V offsets differ from CuTe's layout");
-  static_assert(closed_form_matches<typename T::SmemLayoutVt, Dst, T::kHeadDim, T::kBlockN>(),
+  static_assert(closed_form_matches<typename T::SmemLayoutVt, Dst, T::kHeadDim, T::kBlockN, T::kStages>(),
                 "V^T offsets differ from CuTe's layout");
 
   // Transposes V stage `src_stage` of the staging ring into stage `dst_stage` of the V^T ring.

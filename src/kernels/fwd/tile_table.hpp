@@ -87,13 +87,10 @@ HOPATTN_TILE_ROW(256, HOPATTN_TILE_DEFAULT_HD256)
 // except at d = 256, where S_next next to P and a 128-register O spilled 116 bytes: without it,
 // 8 bytes and +12% (860 -> 960 TFLOP/s at 8k); at d = 128 overlap wins (731 against 642). Stages:
 // a third gave nothing at d = 128 while the warpgroups passed the pingpong token; without it
-// (FwdFp8Traits::kPingpong) +1.4..3.4% at 1k-2k and causal, 8k unchanged (H100, session 27).
-// HOPATTN_EXP_FP8_STAGES_D64 sets d = 64's (experiment).
-#ifndef HOPATTN_EXP_FP8_STAGES_D64
-#define HOPATTN_EXP_FP8_STAGES_D64 2
-#endif
+// (FwdFp8Traits::kPingpong) +1.4..3.4% at 1k-2k and causal, 8k unchanged, and at d = 64 (both
+// kernels) +1.6..2.0% unmasked, causal 1.00-1.005 (H100, session 27). d = 256 has no room.
 template <int kHeadDim>
-constexpr int kFp8Stages = kHeadDim == 128 ? 3 : kHeadDim == 64 ? HOPATTN_EXP_FP8_STAGES_D64 : 2;
+constexpr int kFp8Stages = kHeadDim == 256 ? 2 : 3;
 template <int kHeadDim, FwdKernelUse kUse = FwdKernelUse::kDefault>
 using DefaultFwdFp8Traits = FwdFp8Traits<kHeadDim, kHeadDim == 64 && kUse == FwdKernelUse::kDefault ? 192 : 128,
                                          128, kFp8Stages<kHeadDim>, (kHeadDim < 256), false>;

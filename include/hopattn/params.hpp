@@ -49,7 +49,7 @@ struct Fp8BlockDescale {
 // paper's Table 2), and knobs for experiments. Leave them at their defaults: those are the
 // measured choices, and each switch makes the kernel slower.
 struct FwdTuning {
-  bool disable_pingpong = false;          // consumer warpgroups issue GEMMs without the token
+  bool disable_pingpong = false;          // consumer warpgroups issue GEMMs without the token (FP8: always)
   bool disable_intra_wg_overlap = false;  // GEMMs waited for before the softmax (bf16, d=128 only)
   bool disable_lpt = false;               // causal/window tiles in plain order, not longest-first
 

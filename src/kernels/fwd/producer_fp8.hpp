@@ -100,7 +100,10 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
                                    const TileScheduler& sched, int tid) {
   const uint32_t v_stage_base = cute::cast_smem_ptr_to_uint(smem.v_stage.data());
   const uint32_t vt_base = cute::cast_smem_ptr_to_uint(smem.v.data());
-  PipeState<T::kStages> stage_pipe, vt_pipe;
+  using Transpose = std::conditional_t<T::kLdmatrixTranspose, VTransposeLdsm<T>, VTranspose<T>>;
+  // The staging and V^T rings advance together, once per key block; one register (the d = 256
+  // transposers run in 24).
+  PackedPipeState<T::kStages> pipe;
   TileRingState ring;
   for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {
     const TileCoord c = sched.decode(tile);
@@ -109,15 +112,15 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
     const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
     int n_begin, n_end;
     mask.block_range(c.m_block, n_begin, n_end);
-    for (int n = n_end - 1; n >= n_begin; --n) {
-      wait_full(smem.v_stage_full[stage_pipe.stage], stage_pipe.phase);
-      wait_empty(smem.v_empty[vt_pipe.stage], vt_pipe.phase);
-      VTranspose<T>::run(v_stage_base, vt_base, stage_pipe.stage, vt_pipe.stage, tid);
+    for (int blocks = n_end - n_begin; blocks > 0; --blocks) {
+      const int stage = pipe.stage();
+      wait_full(smem.v_stage_full[stage], pipe.phase());
+      wait_empty(smem.v_empty[stage], pipe.phase());
+      Transpose::run(v_stage_base, vt_base, stage, stage, tid);
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
-      release(smem.v_full[vt_pipe.stage]);
-      release(smem.v_stage_empty[stage_pipe.stage]);
-      vt_pipe.advance();
-      stage_pipe.advance();
+      release(smem.v_full[stage]);
+      release(smem.v_stage_empty[stage]);
+      pipe.advance();
     }
   }
 }

@@ -79,13 +79,14 @@ HOPATTN_TILE_ROW(256, HOPATTN_TILE_DEFAULT_HD256)
 
 // FP8 (e4m3): N = 128 keys (one 128-byte V^T row, v_transpose.hpp); stages of K, staged V and
 // V^T: smem = Q + 3 * stages * N * d bytes (d = 256: 32 + 192 KB, one Q buffer, 2 stages). M = 128
-// (two consumer warpgroups at 224-232 registers), except d = 64's default kernel: M = 192, three
+// (two consumer warpgroups at 224-240 registers), except d = 64's default kernel: M = 192, three
 // warpgroups at 152 registers, no spill, +12..33% unmasked at 512-16k and +11..27% causal from
 // 2k, but 0.93-0.95x causal at 512-1k, where most tiles hold a diagonal block; so d = 64 keeps
 // the 128-row kernel for masks that hide much up to 1k keys (FwdKernelUse::kMasked,
 // manifest.cmake), as the 16-bit d = 64 does (perf-log, session 22). Intra-warpgroup overlap
-// except at d = 256, where S_next next to P and a 128-register O spilled 116 bytes: without it,
-// 8 bytes and +12% (860 -> 960 TFLOP/s at 8k); at d = 128 overlap wins (731 against 642). Stages:
+// everywhere: at d = 128 it won early on (731 against 642); d = 256 ran without it until session
+// 28 (S_next next to P and a 128-register O spilled at 232 registers) and now takes 240 with a
+// 24-register transposing producer: +10.8% at 8k, +5.6% at 1k, 0.99 at 512 (H100). Stages:
 // a third gave nothing at d = 128 while the warpgroups passed the pingpong token; without it
 // (FwdFp8Traits::kPingpong) +1.4..3.4% at 1k-2k and causal, 8k unchanged, and at d = 64 (both
 // kernels) +1.6..2.0% unmasked, causal 1.00-1.005 (H100, session 27). d = 256 has no room.
@@ -93,7 +94,7 @@ template <int kHeadDim>
 constexpr int kFp8Stages = kHeadDim == 256 ? 2 : 3;
 template <int kHeadDim, FwdKernelUse kUse = FwdKernelUse::kDefault>
 using DefaultFwdFp8Traits = FwdFp8Traits<kHeadDim, kHeadDim == 64 && kUse == FwdKernelUse::kDefault ? 192 : 128,
-                                         128, kFp8Stages<kHeadDim>, (kHeadDim < 256), false>;
+                                         128, kFp8Stages<kHeadDim>, true, false>;
 
 // The other kernels of a head dim (manifest.cmake) keep N = 128: the short-key kernels have a
 // staged epilogue whose O buffer (32 KB at d = 128) must fit next to double-buffered Q and the

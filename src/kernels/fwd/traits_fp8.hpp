@@ -53,7 +53,9 @@ struct FwdFp8Traits {
   // +1.6..3.2% (its 1k unmasked -1%), d256 +1% (H100, perf-log session 27). FwdTuning's switch is a
   // no-op here; -DHOPATTN_EXP_PINGPONG=1 builds the token back in.
   static constexpr bool kPingpong = HOPATTN_EXP_PINGPONG > 0;
-  static constexpr bool kRebuildQDescriptor = false;   // traits.hpp; no spill to remove here
+  // d = 256 with overlap: a Q descriptor held through the tile spilled 5 x 8 bytes inside the
+  // loop at 240 registers; rebuilt per block (traits.hpp) it does not.
+  static constexpr bool kRebuildQDescriptor = kHeadDim_ >= 256 && kIntraWgOverlap_;
   static_assert(kBlockN % 32 == 0, "FP8 P V consumes keys in k32 slices");
   static_assert(kBlockN == 128, "the V^T rows are one 128-byte swizzle row (v_transpose.hpp)");
   static_assert(kHeadDim % 16 == 0, "the transpose works on 16-column ranges of d");
@@ -71,11 +73,18 @@ struct FwdFp8Traits {
   // (65536 / 384, rounded down to 8): setmaxnreg only moves registers within that pool, so a
   // larger sum makes the consumers' increase wait forever (it did: a first 64 + 2 * 224 hung).
   // 56 fits either producer role (the loader's TMA views, the transpose's 16 loaded words) with
-  // no spill; d = 256 (O alone is 128 registers) gives the consumers 8 more: 40 + 2 * 232.
-  // Three consumer warpgroups (d = 64, M = 192): the pool is 65536 / 512 = 128 per thread, so
-  // 56 + 3 * 152 = 512.
-  static constexpr int kProducerRegs = kHeadDim >= 256 ? 40 : 56;
-  static constexpr int kConsumerRegs = kNumConsumerWgs == 3 ? 152 : kHeadDim >= 256 ? 232 : 224;
+  // no spill. d = 256 with intra-warpgroup overlap needs 240 per consumer (O 128 + S_next 64 +
+  // P 16 registers): 24 + 2 * 240, with the transpose that fits 24 (VTransposeLdsm); without
+  // overlap 40 + 2 * 232. Three consumer warpgroups (d = 64, M = 192): the pool is 65536 / 512 =
+  // 128 per thread, so 56 + 3 * 152 = 512.
+  static constexpr bool kSlimProducer = kHeadDim >= 256 && kIntraWgOverlap_;
+  static constexpr int kProducerRegs = kHeadDim >= 256 ? (kSlimProducer ? 24 : 40) : 56;
+  static constexpr int kConsumerRegs = kNumConsumerWgs == 3 ? 152 : kHeadDim >= 256 ? (kSlimProducer ? 240 : 232) : 224;
+  // The transpose (v_transpose.hpp): ldmatrix.trans / stmatrix (VTransposeLdsm) at d >= 128: d = 256
+  // needs it to fit 24 registers, and at d = 128 it measured +3.5..4.7% (fewer instructions); at
+  // d = 64 (64-byte staging rows) 0.97-1.00, so d = 64 keeps VTranspose (H100, perf-log session 28).
+  static constexpr bool kLdmatrixTranspose = kHeadDim >= 128;
+  static_assert(kLdmatrixTranspose || kProducerRegs > 24, "VTranspose needs more than 24 registers");
   static_assert(kProducerRegs + kNumConsumerWgs * kConsumerRegs <= 65536 / kNumThreads / 8 * 8 * (kNumThreads / 128),
                 "setmaxnreg budgets exceed the launch's register pool");
 

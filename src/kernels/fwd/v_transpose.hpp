@@ -146,4 +146,81 @@ struct VTranspose {
   }
 };
 
+// The same transpose in fewer instructions and registers (d >= 128, FwdFp8Traits::
+// kLdmatrixTranspose): a transposing ldmatrix does the 16-bit part of the transpose, two PRMT per
+// register pair the byte part, and stmatrix writes 16-byte rows: per thread and 16 bytes, 1 load,
+// 4 PRMT and 1 store against VTranspose's 1, 8 and 4 (plus the stores' address adds). It fits the
+// 24 registers per thread that leave the consumers 240 at d = 256 (intra-warpgroup overlap; O
+// alone is 128 registers).
+//
+// Unit: one 32-key slice c x one 16-column range of d (512 bytes), per warp one ldmatrix.x4.trans
+// and one stmatrix.x4. Matrix m of the load is keys 8m..8m+7 of the slice (rows, 16 bytes = 8
+// column pairs each); with .trans, thread (p, q) = (lane / 4, lane % 4) receives column pair p
+// (columns d0 + 2p, 2p + 1) of keys 8m + 2q and 8m + 2q + 1, i.e. bytes
+//   reg m = [V[8m+2q][2p], V[8m+2q][2p+1], V[8m+2q+1][2p], V[8m+2q+1][2p+1]].
+// V^T positions 4q..4q+3 of the slice's first half hold keys 2q, 2q+1, 2q+8, 2q+9
+// (fp8_key_of_position): for V^T row d0 + 2p that is PRMT(reg 0, reg 1) bytes 0, 2, 4, 6
+// (selector 0x6420), for row d0 + 2p + 1 bytes 1, 3, 5, 7 (0x7531); the second half (positions
+// 16..31) likewise from regs 2 and 3. Thread (p, q) thus stores 4 bytes at byte 4q of 16-byte
+// row segments, which is what stmatrix (non-transposed) writes: matrix m' row p.
+//   m' = 0: V^T row d0 + 2p,     positions 0..15 of the slice   (regs 0, 1)
+//   m' = 1: V^T row d0 + 2p + 1, positions 0..15                (regs 0, 1)
+//   m' = 2, 3: the same rows, positions 16..31                  (regs 2, 3)
+// except that rows p >= 4 of matrices 0 and 2 take row d0 + 2p + 1 and those of 1 and 3 row
+// d0 + 2p (selectors swapped for p >= 4): then the 8 rows of each matrix differ in (row mod 8),
+// the V^T swizzle spreads them over 8 different 16-byte chunks, and every stmatrix is
+// conflict-free. The loads are too: the 8 keys of a matrix are consecutive.
+template <class T>
+struct VTransposeLdsm {
+  static constexpr int kWarps = T::kNumTransposeThreads / 32;
+  static constexpr int kRanges = T::kHeadDim / 16;
+  static constexpr int kVWidth = VTranspose<T>::kVWidth;
+  using Src = typename VTranspose<T>::Src;
+  static constexpr int kVtRow = T::kBlockN;  // bytes per V^T row (one swizzle row)
+  static_assert(kVtRow == 128, "the store offsets below assume 128-byte V^T rows");
+
+  __device__ __forceinline__ static void ldsm_x4_trans(uint32_t addr, uint32_t (&v)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
+                 : "r"(addr));
+  }
+  __device__ __forceinline__ static void stsm_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b),
+                 "r"(c), "r"(d));
+  }
+
+  __device__ __forceinline__ static void run(uint32_t v_stage_base, uint32_t vt_base, int src_stage,
+                                             int dst_stage, int ptid) {
+    const int lane = ptid % 32, warp = ptid / 32;
+    // Addresses this lane gives: row lane % 8 of matrix lane / 8, for the load and the store.
+    const int m = lane / 8, j = lane % 8;
+    const int key = 8 * m + j;  // in slice 0; slice c adds 32c keys (same swizzle)
+    const uint32_t src_lane =
+        v_stage_base + uint32_t(src_stage * T::kBlockN * T::kHeadDim) + Src::row_base(key);
+    const uint32_t src_xor = Src::row_xor(key);
+    const int vt_row = 2 * j + (((j >= 4) ? 1 : 0) ^ (m & 1));  // V^T row - d0
+    // Offset in the range of the store row, slice 0; slice c flips bits 5-6 (32c), which the
+    // adds below never carry into (the range base has bits 0-9 clear).
+    const uint32_t dst_lane = uint32_t(vt_row * kVtRow) + (uint32_t(16 * (m >> 1)) ^ (uint32_t(vt_row & 7) << 4));
+    // Selector of the register this thread gives matrix 0 (and 2); matrix 1 (and 3) takes the other.
+    const uint32_t sel_a = lane / 4 >= 4 ? 0x7531u : 0x6420u;
+    const uint32_t dst_stage_base = vt_base + uint32_t(dst_stage * T::kBlockN * T::kHeadDim);
+#pragma unroll 1
+    for (int range = warp; range < kRanges; range += kWarps) {
+      const int d0 = 16 * range;
+      const uint32_t src = src_lane + Src::col_part(d0, src_xor);
+      const uint32_t dst = dst_stage_base + uint32_t(d0 * kVtRow) + dst_lane;
+      // All four slices' loads first, so that their latencies overlap (one or two at a time
+      // measured 0.94 and 0.98 of this at 8k, H100, perf-log session 28).
+      uint32_t v[4][4];
+      CUTE_UNROLL
+      for (int c = 0; c < 4; ++c) ldsm_x4_trans(src + uint32_t(c * 32 * kVWidth), v[c]);
+      CUTE_UNROLL
+      for (int c = 0; c < 4; ++c)
+        stsm_x4(dst ^ uint32_t(32 * c), byte_perm(v[c][0], v[c][1], sel_a), byte_perm(v[c][0], v[c][1], sel_a ^ 0x1111u),
+                byte_perm(v[c][2], v[c][3], sel_a), byte_perm(v[c][2], v[c][3], sel_a ^ 0x1111u));
+    }
+  }
+};
+
 }  // namespace hopattn::kernels::fwd

@@ -451,15 +451,22 @@ struct Consumer {
         warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
         warpgroup_fence_operand(tSrS_next);
         release_k();
+        if constexpr (T::kPvWaitBeforeSoftmax) {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tOrO);
+          release_v();
+        }
         softmax_moved =
             scores_to_probs(tSrS_next, tScS, false, mask, c, si, n, row_scales(k_scale), softmax, o_scale, lost);
         if constexpr (T::kSoftmaxUnderOwnPv) keep_above_wgmma_wait(softmax);
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tOrO);
+        if constexpr (!T::kPvWaitBeforeSoftmax) {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tOrO);
+        }
         if constexpr (T::kRecomputeAfterPvWait) {
           if (lost) softmax_moved = redo_lost_block(tSrS_next, tScS, mask, c, si, n, k_scale, softmax, o_scale);
         }
-        release_v();
+        if constexpr (!T::kPvWaitBeforeSoftmax) release_v();
         v_ratio = v_units / v_next;
         v_units = v_next;
         convert_p(tSrS_next, tOrP);

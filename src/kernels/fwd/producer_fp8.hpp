@@ -18,6 +18,8 @@
 // n+kStages (the V^T slot's previous tenant).
 #pragma once
 
+#include <type_traits>
+
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 

@@ -44,6 +44,7 @@ struct FwdTraits {
   // 8k); -1.6% for d96's, 3-9% slower for FP8 and d64, and at d256 -3% (1k) with a 4 B spill;
   // neutral for the 176-key d128 kernel. So: the d128 kernels with 128-key tiles.
   static constexpr bool kSoftmaxUnderOwnPv = kHeadDim_ == 128 && kBlockN_ == 128 && kIntraWgOverlap_;
+  static constexpr bool kPvWaitBeforeSoftmax = false;  // traits_fp8.hpp (FP8 d256 only)
   // A consumer warpgroup whose 64 rows all lie past seqlen_q skips its GEMMs and softmax
   // (Consumer::idle_mainloop): +6% at d64 1k (1024 = 5 x 192 + 64), +1..3% at 2k-4k (perf-log,
   // session 12).

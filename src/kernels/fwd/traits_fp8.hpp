@@ -37,6 +37,11 @@ struct FwdFp8Traits {
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
   // Measured 3-9% slower (traits.hpp); without the pingpong token 0.98-1.00 (session 27).
   static constexpr bool kSoftmaxUnderOwnPv = false;
+  // d = 256: wait for P V of the previous block before the softmax rather than after it, so that
+  // the V^T slot is released a softmax earlier (its two ring stages leave the transposers about
+  // one iteration): +0.6..1.6% (H100, perf-log session 28). At d = 128 ptxas hoists the wait there
+  // by itself.
+  static constexpr bool kPvWaitBeforeSoftmax = kHeadDim_ >= 256;
   // The idle-warpgroup path (traits.hpp) with three consumer warpgroups only: with two, the
   // warp-uniform warpgroup index it needs (kernel.hpp) measured 2-4% slower at 8k, where no
   // warpgroup idles anyway; with three (192-row tiles) it gained +4..6% at 512-1k and +0..1%
@@ -63,7 +68,7 @@ struct FwdFp8Traits {
   static constexpr int kNumConsumerWgs = kBlockM / 64;
   static_assert(kNumConsumerWgs == 2 || kNumConsumerWgs == 3, "2 or 3 consumer warpgroups");
   // WindowMask::apply's relative form (traits.hpp), run at d = 64 and 128 (session 22); d = 256
-  // (4 B of spills already) keeps the absolute one.
+  // (spills at its register limits, design/fwd-fp8.md) keeps the absolute one.
   static constexpr bool kRelativeMaskBounds = kHeadDim < 256;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
   static constexpr int kNumProducerThreads = 128;  // warp 0 loads, warps 1..3 transpose V
@@ -74,7 +79,8 @@ struct FwdFp8Traits {
   // larger sum makes the consumers' increase wait forever (it did: a first 64 + 2 * 224 hung).
   // 56 fits either producer role (the loader's TMA views, the transpose's 16 loaded words) with
   // no spill. d = 256 with intra-warpgroup overlap needs 240 per consumer (O 128 + S_next 64 +
-  // P 16 registers): 24 + 2 * 240, with the transpose that fits 24 (VTransposeLdsm); without
+  // P 16 registers): 24 + 2 * 240, with the transpose that runs in 24 (VTransposeLdsm: its range
+  // loop without spills, some of the block loop's state in local memory); without
   // overlap 40 + 2 * 232. Three consumer warpgroups (d = 64, M = 192): the pool is 65536 / 512 =
   // 128 per thread, so 56 + 3 * 152 = 512.
   static constexpr bool kSlimProducer = kHeadDim >= 256 && kIntraWgOverlap_;

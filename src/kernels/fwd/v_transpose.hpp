@@ -149,9 +149,10 @@ struct VTranspose {
 // The same transpose in fewer instructions and registers (d >= 128, FwdFp8Traits::
 // kLdmatrixTranspose): a transposing ldmatrix does the 16-bit part of the transpose, two PRMT per
 // register pair the byte part, and stmatrix writes 16-byte rows: per thread and 16 bytes, 1 load,
-// 4 PRMT and 1 store against VTranspose's 1, 8 and 4 (plus the stores' address adds). It fits the
-// 24 registers per thread that leave the consumers 240 at d = 256 (intra-warpgroup overlap; O
-// alone is 128 registers).
+// 4 PRMT and 1 store against VTranspose's 1, 8 and 4 (plus the stores' address adds), and fewer
+// address registers: it runs in the 24 registers per thread that leave the consumers 240 at
+// d = 256 (intra-warpgroup overlap; O alone is 128 registers), its range loop without spills
+// (the block loop around it keeps some state in local memory there).
 //
 // Unit: one 32-key slice c x one 16-column range of d (512 bytes), per warp one ldmatrix.x4.trans
 // and one stmatrix.x4. Matrix m of the load is keys 8m..8m+7 of the slice (rows, 16 bytes = 8

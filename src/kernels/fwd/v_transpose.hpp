@@ -21,13 +21,9 @@
 
 #include <cute/tensor.hpp>
 
-namespace hopattn::kernels::fwd {
+#include "kernels/fwd/v_transpose_layout.hpp"
 
-// The key (0..31, within a 32-key slice) whose column V^T stores at position p.
-__host__ __device__ constexpr int fp8_key_of_position(int p) {
-  const int h = p / 16, t = (p % 16) / 4, i = p % 4;
-  return 16 * h + 8 * (i / 2) + 2 * t + (i % 2);
-}
+namespace hopattn::kernels::fwd {
 
 __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   uint4 v;
@@ -47,31 +43,13 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
 
 // Byte offset of an element of a swizzled e4m3 shared-memory layout, as CuTe computes it (CuTe's
 // GMMA atoms swizzle the byte address; buffers are 1024-byte aligned, so swizzling the offset is
-// the same). Used only to check the closed form below at compile time.
+// the same). Used only to check the closed form (SwizzledRows, v_transpose_layout.hpp) at compile
+// time.
 template <class Layout>
 constexpr uint32_t cute_fp8_offset(int row, int col, int stage) {
   using namespace cute;
   return uint32_t(get_swizzle_portion(Layout{})(get_nonswizzle_portion(Layout{})(row, col, stage)));
 }
-
-// The same offset in closed form, for a K-major GMMA layout of kRows rows whose swizzle atom is
-// kWidth bytes wide (32, 64 or 128: 8 rows x kWidth bytes, 16-byte chunks XORed with row bits)
-// tiled rows-first: the 16-byte chunk index of (row, col) within its atom is XORed with
-// (row * kWidth / 128) mod (kWidth / 16). Cheap enough for the transpose's inner loop, where
-// CuTe's generic evaluation cost several integer operations per access.
-template <int kRows, int kWidth, int kStageBytes>
-struct SwizzledRows {
-  __host__ __device__ static constexpr uint32_t row_base(int row) { return uint32_t(row * kWidth); }
-  __host__ __device__ static constexpr uint32_t row_xor(int row) {
-    return uint32_t(((row * kWidth) >> 7) & (kWidth / 16 - 1)) << 4;
-  }
-  __host__ __device__ static constexpr uint32_t col_part(int col, uint32_t xor_bits) {
-    return ((uint32_t(col) % kWidth) ^ xor_bits) + uint32_t(col / kWidth) * uint32_t(kRows * kWidth);
-  }
-  __host__ __device__ static constexpr uint32_t offset(int row, int col, int stage) {
-    return row_base(row) + col_part(col, row_xor(row)) + uint32_t(stage * kStageBytes);
-  }
-};
 
 template <class Layout, class Closed, int kRowsTotal, int kCols, int kStages>
 constexpr bool closed_form_matches() {
@@ -177,8 +155,8 @@ struct VTransposeLdsm {
   static constexpr int kRanges = T::kHeadDim / 16;
   static constexpr int kVWidth = VTranspose<T>::kVWidth;
   using Src = typename VTranspose<T>::Src;
-  static constexpr int kVtRow = T::kBlockN;  // bytes per V^T row (one swizzle row)
-  static_assert(kVtRow == 128, "the store offsets below assume 128-byte V^T rows");
+  static constexpr int kVtRow = LdsmTransposeLanes::kVtRow;  // bytes per V^T row (one swizzle row)
+  static_assert(kVtRow == T::kBlockN, "the store offsets assume 128-byte V^T rows (one key tile)");
 
   __device__ __forceinline__ static void ldsm_x4_trans(uint32_t addr, uint32_t (&v)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -192,19 +170,16 @@ struct VTransposeLdsm {
 
   __device__ __forceinline__ static void run(uint32_t v_stage_base, uint32_t vt_base, int src_stage,
                                              int dst_stage, int ptid) {
+    using Lanes = LdsmTransposeLanes;
     const int lane = ptid % 32, warp = ptid / 32;
-    // Addresses this lane gives: row lane % 8 of matrix lane / 8, for the load and the store.
-    const int m = lane / 8, j = lane % 8;
-    const int key = 8 * m + j;  // in slice 0; slice c adds 32c keys (same swizzle)
+    const int key = Lanes::load_key(lane);  // in slice 0; slice c adds 32c keys (same swizzle)
     const uint32_t src_lane =
         v_stage_base + uint32_t(src_stage * T::kBlockN * T::kHeadDim) + Src::row_base(key);
     const uint32_t src_xor = Src::row_xor(key);
-    const int vt_row = 2 * j + (((j >= 4) ? 1 : 0) ^ (m & 1));  // V^T row - d0
-    // Offset in the range of the store row, slice 0; slice c flips bits 5-6 (32c), which the
-    // adds below never carry into (the range base has bits 0-9 clear).
-    const uint32_t dst_lane = uint32_t(vt_row * kVtRow) + (uint32_t(16 * (m >> 1)) ^ (uint32_t(vt_row & 7) << 4));
-    // Selector of the register this thread gives matrix 0 (and 2); matrix 1 (and 3) takes the other.
-    const uint32_t sel_a = lane / 4 >= 4 ? 0x7531u : 0x6420u;
+    // Slice c flips bits 5-6 (32c) of the store offset, which the adds below never carry into
+    // (the range base has bits 0-9 clear).
+    const uint32_t dst_lane = Lanes::store_offset(lane);
+    const uint32_t sel_a = Lanes::selector(lane);
     const uint32_t dst_stage_base = vt_base + uint32_t(dst_stage * T::kBlockN * T::kHeadDim);
 #pragma unroll 1
     for (int range = warp; range < kRanges; range += kWarps) {

@@ -39,8 +39,8 @@ struct FwdFp8Traits {
   static constexpr bool kSoftmaxUnderOwnPv = false;
   // d = 256: wait for P V of the previous block before the softmax rather than after it, so that
   // the V^T slot is released a softmax earlier (its two ring stages leave the transposers about
-  // one iteration): +0.6..1.6% (H100, perf-log session 28). At d = 128 ptxas hoists the wait there
-  // by itself.
+  // one iteration): +0.6..1.6% (H100, perf-log session 28). At d = 64 and 128 (three stages) the
+  // softmax under the warpgroup's own P V is worth more: the same wait measured 0.93-0.99 there.
   static constexpr bool kPvWaitBeforeSoftmax = kHeadDim_ >= 256;
   // The idle-warpgroup path (traits.hpp) with three consumer warpgroups only: with two, the
   // warp-uniform warpgroup index it needs (kernel.hpp) measured 2-4% slower at 8k, where no

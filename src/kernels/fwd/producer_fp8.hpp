@@ -118,7 +118,7 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
       const int stage = pipe.stage();
       wait_full(smem.v_stage_full[stage], pipe.phase());
       wait_empty(smem.v_empty[stage], pipe.phase());
-      Transpose::run(v_stage_base, vt_base, stage, stage, tid);
+      Transpose::run(v_stage_base, vt_base, stage, tid);
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
       release(smem.v_full[stage]);
       release(smem.v_stage_empty[stage]);

@@ -72,10 +72,10 @@ struct VTranspose {
   static_assert(closed_form_matches<typename T::SmemLayoutVt, Dst, T::kHeadDim, T::kBlockN, T::kStages>(),
                 "V^T offsets differ from CuTe's layout");
 
-  // Transposes V stage `src_stage` of the staging ring into stage `dst_stage` of the V^T ring.
+  // Transposes V stage `stage` of the staging ring into the same stage of the V^T ring (the two
+  // rings advance together).
   // ptid: 0 .. kNumTransposeThreads-1; warp w takes the ranges w, w + kWarps, ...
-  __device__ __forceinline__ static void run(uint32_t v_stage_base, uint32_t vt_base, int src_stage,
-                                             int dst_stage, int ptid) {
+  __device__ __forceinline__ static void run(uint32_t v_stage_base, uint32_t vt_base, int stage, int ptid) {
     const int lane = ptid % 32, warp = ptid / 32;
     const int t = lane % 4, h = (lane / 4) % 2, c = lane / 8;
     const int key0 = 32 * c + 16 * h + 2 * t;  // the slice's keys: key0 + {0, 1, 8, 9}
@@ -87,14 +87,14 @@ struct VTranspose {
     CUTE_UNROLL
     for (int k = 0; k < 4; ++k) {
       const int key = key0 + 8 * (k / 2) + ((k % 2) ^ h);
-      src_row[k] = v_stage_base + uint32_t(src_stage * T::kBlockN * T::kHeadDim) + Src::row_base(key);
+      src_row[k] = v_stage_base + uint32_t(stage * T::kBlockN * T::kHeadDim) + Src::row_base(key);
       src_xor[k] = Src::row_xor(key);
     }
     // V^T row d0 + j (d0 a multiple of 16) puts position `pos` at pos ^ ((j % 8) << 4).
     uint32_t dst_col[8];
     CUTE_UNROLL
     for (int j = 0; j < 8; ++j) dst_col[j] = uint32_t(pos) ^ (uint32_t(j) << 4);
-    const uint32_t dst_stage_base = vt_base + uint32_t(dst_stage * T::kBlockN * T::kHeadDim);
+    const uint32_t dst_stage_base = vt_base + uint32_t(stage * T::kBlockN * T::kHeadDim);
     // Not unrolled: unrolled, the compiler hoists every address of every range out of the block
     // loop and the producer spills.
 #pragma unroll 1
@@ -168,19 +168,18 @@ struct VTransposeLdsm {
                  "r"(c), "r"(d));
   }
 
-  __device__ __forceinline__ static void run(uint32_t v_stage_base, uint32_t vt_base, int src_stage,
-                                             int dst_stage, int ptid) {
+  __device__ __forceinline__ static void run(uint32_t v_stage_base, uint32_t vt_base, int stage, int ptid) {
     using Lanes = LdsmTransposeLanes;
     const int lane = ptid % 32, warp = ptid / 32;
     const int key = Lanes::load_key(lane);  // in slice 0; slice c adds 32c keys (same swizzle)
     const uint32_t src_lane =
-        v_stage_base + uint32_t(src_stage * T::kBlockN * T::kHeadDim) + Src::row_base(key);
+        v_stage_base + uint32_t(stage * T::kBlockN * T::kHeadDim) + Src::row_base(key);
     const uint32_t src_xor = Src::row_xor(key);
     // Slice c flips bits 5-6 (32c) of the store offset, which the adds below never carry into
     // (the range base has bits 0-9 clear).
     const uint32_t dst_lane = Lanes::store_offset(lane);
     const uint32_t sel_a = Lanes::selector(lane);
-    const uint32_t dst_stage_base = vt_base + uint32_t(dst_stage * T::kBlockN * T::kHeadDim);
+    const uint32_t dst_stage_base = vt_base + uint32_t(stage * T::kBlockN * T::kHeadDim);
 #pragma unroll 1
     for (int range = warp; range < kRanges; range += kWarps) {
       const int d0 = 16 * range;

@@ -53,11 +53,12 @@ struct LdsmTransposeLanes {
     return 2 * j + (((j >= 4) ? 1 : 0) ^ (m & 1));
   }
   HOPATTN_HOST_DEVICE static constexpr int store_position(int lane) { return 16 * ((lane / 8) >> 1); }
-  // Byte offset of that row segment from the range's first V^T row, slice 0 (GMMA 128-byte swizzle:
-  // the 16-byte chunk index XORed with row mod 8).
+  // Byte offset of that row segment from the range's first V^T row, slice 0 (the V^T ring's
+  // 128-byte swizzle; a range starts at a multiple of 16 rows, so row mod 8 is the same).
   HOPATTN_HOST_DEVICE static constexpr uint32_t store_offset(int lane) {
+    using VtRows = SwizzledRows<16, kVtRow, 0>;
     const int row = store_row(lane);
-    return uint32_t(row * kVtRow) + (uint32_t(store_position(lane)) ^ (uint32_t(row & 7) << 4));
+    return VtRows::row_base(row) + (uint32_t(store_position(lane)) ^ VtRows::row_xor(row));
   }
   // Thread (p, q) = (lane / 4, lane % 4) gives matrix 0 its bytes of V^T row 2p (V column 2p; rows
   // p >= 4: 2p + 1): bytes 0, 2 of register 0 and 0, 2 of register 1 (selector 0x6420), else 1, 3.

@@ -29,9 +29,12 @@ endforeach()
 # * "staged" (kShortKeys): 128-key tiles, O through shared memory and a TMA store
 #   (fwd/output_tile.hpp), preferred up to _short_max_keys_HD keys. Measured on an H200
 #   (docs/perf-log.md, session 5): +3..17% at d128 512-2k, +1..7% at d96 512-1k, but 1-5% slower
-#   at long sequences, where ptxas moves the mainloop's stage arithmetic out of uniform registers;
-#   d64 (three consumer warpgroups, then 192x96 tiles) lost everywhere; d192/d256 have no shared
-#   memory for the buffer.
+#   at long sequences, where ptxas moved the mainloop's stage arithmetic out of uniform registers.
+#   Session 29 found why (a branch on a warpgroup index ptxas could not prove warp-uniform,
+#   epilogue.hpp) and fixed it: d128 +3..4% at 512-2k; against the default kernels (H100) d128
+#   +6% at 2k, +4% at 4k, equal at 8k-16k; d96 +0.5..1% at 1k-2k, equal at 4k-8k. Hence the
+#   limits. d64 (three consumer warpgroups, then 192x96 tiles) lost everywhere; d192/d256 have no
+#   shared memory for the buffer.
 # * "masked" (kMasked): 128 x 128 tiles with register stores, for problems past the short limit
 #   whose mask hides much (a left window, or causal with seqlen_q >= seqlen_k / 2: plan.cpp), up to
 #   _masked_max_keys_HD keys (0: any length).
@@ -40,8 +43,8 @@ endforeach()
 #   d64: its default kernel has 192 x 128 tiles with three consumer warpgroups; under a causal
 #   mask at 512-1k keys, where most tiles hold a diagonal block, two warpgroups with 240 registers
 #   each measured +8..12% (session 6), and lost 4-13% everywhere else.
-set(_short_max_keys_96 1024)
-set(_short_max_keys_128 2048)
+set(_short_max_keys_96 2048)
+set(_short_max_keys_128 4096)
 set(_masked_max_keys_64 1024)
 set(_masked_max_keys_128 0)
 file(MAKE_DIRECTORY "${_gen}")
@@ -115,6 +118,10 @@ endforeach()
 # which lose 5-7% under a causal mask at 512-1k keys to the two-warpgroup 128 x 128 kernel,
 # session 22; the same split as the 16-bit d64).
 set(_fp8_masked_max_keys_64 1024)
+# ... and at d128 a "staged" one (kShortKeys, 128 x 128 like the default, O through shared memory
+# and a TMA store) up to 4096 keys: +1.2..1.8% at 512-2k, +4% causal 1k, equal at 4k, -0.6% at 8k
+# (H100, session 29). d256's only kernel stages O in its V^T ring (tile_table.hpp).
+set(_fp8_short_max_keys_128 4096)
 if(HOPATTN_FP8)
   foreach(HDIM IN LISTS HOPATTN_HEAD_DIMS)
     if(NOT HDIM MATCHES "^(64|128|256)$")
@@ -127,11 +134,18 @@ if(HOPATTN_FP8)
     if(DEFINED _fp8_masked_max_keys_${HDIM})
       list(APPEND _variants "masked")
     endif()
+    if(DEFINED _fp8_short_max_keys_${HDIM})
+      list(APPEND _variants "staged")
+    endif()
     foreach(_variant IN LISTS _variants)
       if(_variant STREQUAL "masked")
         set(SUFFIX "_masked")
         set(USE "kMasked")
         set(MAX_KEYS ${_fp8_masked_max_keys_${HDIM}})
+      elseif(_variant STREQUAL "staged")
+        set(SUFFIX "_staged")
+        set(USE "kShortKeys")
+        set(MAX_KEYS ${_fp8_short_max_keys_${HDIM}})
       else()
         set(SUFFIX "")
         set(USE "kDefault")

@@ -91,15 +91,15 @@ TEST_F(FwdFixture, ValidCallPassesValidation) {
   }
 }
 
-// d128 has a staged-epilogue kernel (128-key tiles) for up to 2048 keys, a register-store kernel
+// d128 has a staged-epilogue kernel (128-key tiles) for up to 4096 keys, a register-store kernel
 // with 176-key tiles beyond, and one with 128-key tiles for masks that hide much beyond
 // (manifest.cmake): any left window, or causal with at least half as many queries as keys.
 TEST_F(FwdFixture, KernelFollowsKeyLengthAndMask) {
   if (!compiled(128)) GTEST_SKIP() << "bf16 head dim 128 not in this build";
-  EXPECT_EQ(kernel_for(128, 64, 2048, false), "fwd_sm90_bf16_hd128_staged");
-  EXPECT_EQ(kernel_for(128, 64, 2049, false), "fwd_sm90_bf16_hd128");
-  EXPECT_EQ(kernel_for(128, 2048, 2048, true), "fwd_sm90_bf16_hd128_staged");
-  EXPECT_EQ(kernel_for(128, 2049, 2049, true), "fwd_sm90_bf16_hd128_masked");
+  EXPECT_EQ(kernel_for(128, 64, 4096, false), "fwd_sm90_bf16_hd128_staged");
+  EXPECT_EQ(kernel_for(128, 64, 4097, false), "fwd_sm90_bf16_hd128");
+  EXPECT_EQ(kernel_for(128, 4096, 4096, true), "fwd_sm90_bf16_hd128_staged");
+  EXPECT_EQ(kernel_for(128, 4097, 4097, true), "fwd_sm90_bf16_hd128_masked");
   EXPECT_EQ(kernel_for(128, 4096, 8192, true), "fwd_sm90_bf16_hd128_masked");
   EXPECT_EQ(kernel_for(128, 4095, 8192, true), "fwd_sm90_bf16_hd128");  // chunked prefill: little is masked
   EXPECT_EQ(kernel_for(128, 64, 8192, false, 512), "fwd_sm90_bf16_hd128_masked");
@@ -137,6 +137,33 @@ TEST_F(FwdFixture, Fp8HeadDim64MaskedKernelTakesShortCausal) {
   EXPECT_EQ(fp8_kernel_for(1025, 1025, true), "fwd_sm90_e4m3_hd64");
   EXPECT_EQ(fp8_kernel_for(512, 512, false), "fwd_sm90_e4m3_hd64");
   EXPECT_EQ(fp8_kernel_for(100, 1000, true), "fwd_sm90_e4m3_hd64");  // chunked prefill
+}
+
+// FP8 d128: the staged-epilogue kernel up to 4096 keys (manifest.cmake), causal or not; d256 has
+// one kernel (its O is staged in the V^T ring).
+TEST_F(FwdFixture, Fp8StagedKernelsTakeShortKeys) {
+  auto fp8_kernel_for = [&](int64_t hdim, int64_t keys, bool causal) {
+    p.q = arena.tensor(DType::kFloat8E4M3, {2, 512, 4, hdim});
+    p.k = arena.tensor(DType::kFloat8E4M3, {2, keys, 4, hdim});
+    p.v = arena.tensor(DType::kFloat8E4M3, {2, keys, 4, hdim});
+    p.out = arena.tensor(DType::kBFloat16, {2, 512, 4, hdim});
+    p.lse = arena.tensor(DType::kFloat32, {2, 4, 512});
+    p.mask = {causal, -1, -1};
+    return plan_fwd(p, fake_hopper()).kernel;
+  };
+  for (int64_t hdim : {128, 256}) {
+    const std::string name = "fwd_sm90_e4m3_hd" + std::to_string(hdim);
+    try {
+      fp8_kernel_for(hdim, 64, false);
+    } catch (const Error& e) {
+      GTEST_SKIP() << "e4m3 head dim " << hdim << " not in this build: " << e.what();
+    }
+    const std::string short_keys = hdim == 128 ? name + "_staged" : name;
+    EXPECT_EQ(fp8_kernel_for(hdim, 4096, false), short_keys);
+    EXPECT_EQ(fp8_kernel_for(hdim, 700, true), short_keys);
+    EXPECT_EQ(fp8_kernel_for(hdim, 4097, false), name);
+    EXPECT_EQ(fp8_kernel_for(hdim, 8192, true), name);
+  }
 }
 
 // FwdTuning::kernel forces a compiled kernel of the problem's dtype and head dim (A/B runs on

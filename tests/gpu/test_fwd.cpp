@@ -63,7 +63,9 @@ TEST_P(FwdTest, MatchesFloat64Reference) {
 
   Plan plan;
   try {
-    plan = plan_fwd(p, query_device());
+    DeviceInfo dev = query_device();
+    if (c.max_ctas > 0) dev.num_sms = c.max_ctas;  // the plan keeps it for run_fwd
+    plan = plan_fwd(p, dev);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kNotSupported) GTEST_SKIP() << "not in this build: " << e.what();
     if (std::string(e.what()).find("no compiled forward kernel") != std::string::npos)
@@ -168,6 +170,10 @@ std::vector<FwdCase> coverage() {
   // Experiment knobs (FwdTuning): each d128 kernel forced onto problems the dispatcher gives
   // another one, and L2 sections smaller than the heads (the tile order changes, not the result).
   add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128_staged"; c.seqlen_q = 300; c.seqlen_k = 2500; c.causal = true; });
+  // The staged kernels with many tiles per CTA (each warpgroup reuses its O buffer), and varlen
+  // tiles whose boxes would cross into the next sequence (register stores).
+  add([](FwdCase& c) { c.seqlen_q = 700; c.seqlen_k = 700; c.causal = true; c.max_ctas = 3; });
+  add([](FwdCase& c) { c.head_dim = 96; c.varlen_q = {129, 300, 17, 250}; c.varlen_k = {400, 300, 260, 0}; c.max_ctas = 2; });
   add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128_masked"; c.seqlen_q = 333; c.seqlen_k = 517; });
   add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128"; c.seqlen_q = 1000; c.seqlen_k = 1000; c.causal = true; });
   add([](FwdCase& c) { c.l2_section_pairs = 1; c.batch = 3; c.seqlen_q = 700; c.causal = true; });

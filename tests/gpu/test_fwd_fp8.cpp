@@ -219,7 +219,9 @@ TEST_P(Fp8FwdTest, WithinE4m3RoundingBound) {
 
   Plan plan;
   try {
-    plan = plan_fwd(p, query_device());
+    DeviceInfo dev = query_device();
+    if (c.max_ctas > 0) dev.num_sms = c.max_ctas;  // the plan keeps it for run_fwd
+    plan = plan_fwd(p, dev);
   } catch (const Error& e) {
     if (e.code() == ErrorCode::kNotSupported) GTEST_SKIP() << "not in this build: " << e.what();
     if (std::string(e.what()).find("no compiled forward kernel") != std::string::npos)
@@ -314,6 +316,22 @@ std::vector<Fp8Case> coverage() {
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64; c.a.seqlen_q = 1100; c.a.seqlen_k = 1100; c.a.causal = true; c.a.gain_keys = 200; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64_masked; c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; });
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64_masked; c.a.seqlen_q = 333; c.a.seqlen_k = 2100; c.a.nheads = 8; c.a.nheads_k = 1; c.out_fp16 = true; });
+  // Staged outputs (O through shared memory and TMA stores): d128's short-key kernel (up to 4096
+  // keys) and d256's kernel, whose buffer is the V^T ring (the transposers refill it only after
+  // the stores have read it; one store first, the other before the tile's second V^T, so tiles of
+  // one block and of several): many tiles per CTA (max_ctas), tiles whose second warpgroup's box
+  // is clipped or crosses into the next varlen sequence (register stores), fp16 output, a window
+  // (one key block per tile); d128's two kernels forced onto each other's problems.
+  for (int d : {128, 256}) {
+    add([&](Fp8Case& c) { c.a.head_dim = d; c.a.seqlen_q = 700; c.a.seqlen_k = 700; c.a.causal = true; c.a.max_ctas = 3; });
+    add([&](Fp8Case& c) { c.a.head_dim = d; c.a.seqlen_q = 200; c.a.seqlen_k = 600; c.a.max_ctas = 2; c.kv_block_rows = 128; });
+    add([&](Fp8Case& c) { c.a.head_dim = d; c.a.varlen_q = {129, 300, 17, 250}; c.a.varlen_k = {400, 300, 260, 0}; c.a.max_ctas = 2; });
+    add([&](Fp8Case& c) { c.a.head_dim = d; c.a.seqlen_q = 513; c.a.seqlen_k = 1000; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 5; c.out_fp16 = true; });
+    add([&](Fp8Case& c) { c.a.head_dim = d; c.a.seqlen_q = 600; c.a.seqlen_k = 600; c.a.window_left = 60; c.a.window_right = 0; c.a.max_ctas = 2; });
+  }
+  const std::string d128 = "fwd_sm90_e4m3_hd128";
+  add([&](Fp8Case& c) { c.a.force_kernel = d128 + "_staged"; c.a.seqlen_q = 300; c.a.seqlen_k = 4500; c.a.causal = true; });
+  add([&](Fp8Case& c) { c.a.force_kernel = d128; c.a.seqlen_q = 300; c.a.seqlen_k = 517; c.a.causal = true; c.a.max_ctas = 2; });
   return cases;
 }
 

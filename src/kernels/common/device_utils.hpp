@@ -46,6 +46,14 @@ CUTLASS_DEVICE int lane_id_fresh() {
   return static_cast<int>(lane);
 }
 
+// The thread's index within its warpgroup, read where it is used (as lane_id_fresh), so that
+// epilogue addresses derived from it are not computed ahead of the mainloop and held through it.
+CUTLASS_DEVICE int warpgroup_thread_fresh() {
+  uint32_t t;
+  asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+  return static_cast<int>(t % 128);
+}
+
 // The same value, but one the compiler cannot compute ahead of this point: what is derived from it
 // stays inside the (rare) branch that uses it instead of being hoisted out of a loop, where it
 // would hold registers through every iteration (the forward's deferred score recompute).

@@ -353,7 +353,8 @@ struct Consumer {
         };
         o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end);
       }
-      Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid);
+      Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid,
+                         n_end > n_begin);
       timeline.mark(kEpilogueDone);
     }
     Epilogue<T>::drain(tid);

@@ -7,6 +7,10 @@
 //    a varlen slice would cross into the next sequence (TMA clips only at the tensor's end).
 //  * register stores (write_rows): 16-byte stores after a transpose within each quad (two consumer
 //    warpgroups), with row bounds checks.
+//  * staged in the V^T ring (Output::kInVtRing, FP8 d = 256): after named barrier
+//    kOutputRingBarrier (every consumer thread: the tile's last P V, of both warpgroups, has
+//    read the ring), stmatrix into the ring and arrive on `o_staged`; a transposer thread issues
+//    the TMA stores before the ring takes the next tile's V^T (producer_fp8.hpp).
 // Named barrier kEpilogueBarrierBase + w (128 threads, warpgroup w) is passed twice per staged
 // store: "the previous store has read the buffer" and "the buffer is written".
 #pragma once
@@ -18,12 +22,14 @@
 #include "kernels/common/staged_store.hpp"
 #include "kernels/fwd/output_tile.hpp"
 #include "kernels/fwd/params.hpp"
+#include "kernels/fwd/pipeline.hpp"
 #include "kernels/fwd/softmax.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
 
 namespace hopattn::kernels::fwd {
 
 constexpr int kEpilogueBarrierBase = 4;  // 4 + w; 1..3 are the pingpong tokens (consumer.hpp)
+constexpr int kOutputRingBarrier = 7;    // every consumer thread; in-ring epilogue only
 
 template <class T>
 struct Epilogue {
@@ -33,7 +39,8 @@ struct Epilogue {
   template <class TensorO, class TensorC, class Softmax>
   __device__ __forceinline__ static void store(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                TensorO& tOrO, const TensorC& tOcO, Softmax& softmax,
-                                               float o_mult, const TileCoord& c, const SeqInfo& si, int tid) {
+                                               float o_mult, const TileCoord& c, const SeqInfo& si, int tid,
+                                               bool had_blocks) {
     using namespace cute;
     constexpr int kRows = Softmax::kRowsPerThread;
     float out_scale[kRows], lse[kRows];
@@ -48,10 +55,10 @@ struct Epilogue {
     }
     const int row0 = c.m_block * T::kBlockM;
     if constexpr (T::kFp8) {
-      if (p.out_fp16) write_output<cutlass::half_t>(p, smem, tOrO, tOcO, c, si, row0, tid);
-      else write_output<cutlass::bfloat16_t>(p, smem, tOrO, tOcO, c, si, row0, tid);
+      if (p.out_fp16) write_output<cutlass::half_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks);
+      else write_output<cutlass::bfloat16_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks);
     } else {
-      write_output<typename T::Element>(p, smem, tOrO, tOcO, c, si, row0, tid);
+      write_output<typename T::Element>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks);
     }
     const bool varlen = p.cu_seqlens_q != nullptr;
     if (p.lse != nullptr && tid % 4 == 0) {
@@ -68,18 +75,53 @@ struct Epilogue {
   template <class Out, class TensorO, class TensorC>
   __device__ __forceinline__ static void write_output(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                       TensorO& tOrO, const TensorC& tOcO, const TileCoord& c,
-                                                      const SeqInfo& si, int row0, int tid) {
-    if constexpr (Output::kStaged) {
-      const int wg = tid / 128;
-      const int wg_row0 = row0 + wg * kWgRows;
-      // Dense: TMA clips at the tensor's end, which is the sequence's unless seqused_q shortens it.
-      const bool ends_at_tensor = p.cu_seqlens_q == nullptr && si.seqlen_q == p.seqlen_q;
-      if (box_fits_sequence(wg_row0, kWgRows, si.seqlen_q, ends_at_tensor)) {
+                                                      const SeqInfo& si, int row0, int tid, bool had_blocks) {
+    if constexpr (Output::kInVtRing) {
+      // A tile without key blocks (O = 0) goes out from registers and leaves the ring alone: its
+      // consumers never waited for a V^T, so the previous tile's stores may still read the ring
+      // (and an o_staged arrival ahead of the transposers' wait would make its parity ambiguous).
+      if (had_blocks) {
+        write_into_vt_ring<Out>(p, smem, tOrO, tOcO, c, si, row0, tid);
+        return;
+      }
+    } else if constexpr (Output::kStaged) {
+      const int wg = consumer_wg_uniform();
+      if (wg_box_by_tma(p, c, si, wg)) {
         store_staged<Out>(p, smem, tOrO, c, si, wg, tid % 128);
         return;
       }
     }
     write_rows<Out>(p, tOrO, tOcO, c, si, row0);
+  }
+
+  // This thread's consumer warpgroup, in a form ptxas proves warp-uniform (warpgroup 0 of the CTA
+  // produces). With tid / 128 instead, the branch on wg_box_by_tma below counts as divergent, and
+  // ptxas moved the mainloop's ring positions and descriptors from uniform to vector registers
+  // (R2UR before every WGMMA batch): the FP8 d256 in-ring kernel spilled 180 B in its mainloop.
+  __device__ __forceinline__ static int consumer_wg_uniform() { return warp_idx_uniform() / 4 - 1; }
+
+  // Whether warpgroup wg's 64 rows of tile c leave by one TMA store. Dense: TMA clips at the
+  // tensor's end, which is the sequence's unless seqused_q shortens it.
+  __device__ __forceinline__ static bool wg_box_by_tma(const FwdKernelParams<T>& p, const TileCoord& c,
+                                                       const SeqInfo& si, int wg) {
+    const bool ends_at_tensor = p.cu_seqlens_q == nullptr && si.seqlen_q == p.seqlen_q;
+    return box_fits_sequence(c.m_block * T::kBlockM + wg * kWgRows, kWgRows, si.seqlen_q, ends_at_tensor);
+  }
+
+  // The TMA store of warpgroup wg's 64 rows from `buffer` (Output::SmemLayout, any 16-bit type:
+  // the store copies bits). Committed by the caller.
+  __device__ __forceinline__ static void issue_output_store(const FwdKernelParams<T>& p, void* buffer,
+                                                            const TileCoord& c, const SeqInfo& si, int wg) {
+    using namespace cute;
+    using Carrier = typename Output::Carrier;
+    const bool varlen = p.cu_seqlens_q != nullptr;
+    Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);  // (rows, d, heads, batch)
+    Tensor gO = local_tile(domain_offset(make_coord(si.q_offset, _0{}), mO(_, _, c.head, varlen ? 0 : c.batch)),
+                           typename Output::TileWg{}, make_coord(c.m_block * T::kNumConsumerWgs + wg, _0{}));
+    Tensor sO_bits =
+        make_tensor(make_smem_ptr(static_cast<Carrier*>(buffer)), typename Output::SmemLayout{})(_, _, wg);
+    auto [tOg, tOs] = tma_partition(p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO_bits), group_modes<0, 2>(gO));
+    copy(p.tma_o, tOs, tOg);
   }
 
   // stmatrix into this warpgroup's buffer, then a TMA store of its 64 rows issued by thread 0 of
@@ -91,20 +133,39 @@ struct Epilogue {
     using namespace cute;
     Tensor sO = make_tensor(make_smem_ptr(reinterpret_cast<Out*>(smem.o.data.data())),
                             typename Output::SmemLayout{})(_, _, wg);
-    store_wg_tile_staged<Out, typename T::MmaPV>(tOrO, sO, kEpilogueBarrierBase + wg, wg_tid, [&] {
-      const bool varlen = p.cu_seqlens_q != nullptr;
-      Tensor mO = p.tma_o.get_tma_tensor(p.shape_q);  // (rows, d, heads, batch)
-      Tensor gO = local_tile(domain_offset(make_coord(si.q_offset, _0{}), mO(_, _, c.head, varlen ? 0 : c.batch)),
-                             typename Output::TileWg{}, make_coord(c.m_block * T::kNumConsumerWgs + wg, _0{}));
-      Tensor sO_bits = make_tensor(make_smem_ptr(smem.o.data.data()), typename Output::SmemLayout{})(_, _, wg);
-      auto [tOg, tOs] = tma_partition(p.tma_o, _0{}, Layout<_1>{}, group_modes<0, 2>(sO_bits), group_modes<0, 2>(gO));
-      copy(p.tma_o, tOs, tOg);
-    });
+    store_wg_tile_staged<Out, typename T::MmaPV>(tOrO, sO, kEpilogueBarrierBase + wg, wg_tid,
+                                                 [&] { issue_output_store(p, smem.o.data.data(), c, si, wg); });
+  }
+
+  // The in-ring epilogue's consumer side. The barrier orders this warpgroup's stmatrix after the
+  // other warpgroup's last P V, which may still read the half of the ring this one writes. The
+  // transposers write the ring again only once the stores have read it (producer_fp8.hpp), and
+  // they have written every V^T of this tile before, so no barrier is needed on their side here.
+  // A warpgroup whose rows cannot go out as one box stores from registers and arrives all the same.
+  template <class Out, class TensorO, class TensorC>
+  __device__ __forceinline__ static void write_into_vt_ring(const FwdKernelParams<T>& p,
+                                                            typename T::SharedStorage& smem, TensorO& tOrO,
+                                                            const TensorC& tOcO, const TileCoord& c,
+                                                            const SeqInfo& si, int row0, int tid) {
+    using namespace cute;
+    const int wg = consumer_wg_uniform();
+    named_barrier_sync(kOutputRingBarrier, T::kNumConsumerThreads);
+    if (wg_box_by_tma(p, c, si, wg)) {
+      static_assert(output_rows_match<Output, T::kHeadDim, T::kNumConsumerWgs>(),
+                    "the output buffer's closed-form offsets differ from CuTe's layout");
+      const uint32_t buffer = cute::cast_smem_ptr_to_uint(smem.v.data()) + Output::Rows::stage_base(wg);
+      stmatrix_output_rows<Output, Out>(tOrO, buffer, warpgroup_thread_fresh());
+      cute::tma_store_fence();  // the generic-proxy writes, visible to the TMA store (async proxy)
+    } else {
+      write_rows<Out>(p, tOrO, tOcO, c, si, row0);
+    }
+    release(smem.o_staged);
   }
 
   // Thread 0 of each warpgroup, before the CTA exits: its last store must have read shared memory.
+  // (The in-ring epilogue's stores belong to a transposer thread, which drains them itself.)
   __device__ __forceinline__ static void drain(int tid) {
-    if constexpr (Output::kStaged) {
+    if constexpr (Output::kStaged && !Output::kInVtRing) {
       if (tid % 128 == 0) cute::tma_store_wait<0>();
     }
   }

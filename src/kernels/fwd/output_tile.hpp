@@ -3,7 +3,9 @@
 // in with stmatrix and leaves with one TMA store, so the warpgroup starts its next tile as soon as
 // the buffer is written instead of draining 4-byte global stores. Which kernels stage O is listed
 // in manifest.cmake (a buffer fits next to the rings only for d <= 128 at the current tiles);
-// without kStaged O is stored straight from the registers.
+// without kStaged O is stored straight from the registers. kInVtRing (FP8 d = 256, whose rings
+// fill shared memory): the buffer is the V^T ring itself, free between a tile's last P V and the
+// next tile's first transpose; the transposers issue the store (producer_fp8.hpp).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -12,7 +14,9 @@
 
 #include <type_traits>
 
+#include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/layouts.hpp"
+#include "kernels/fwd/v_transpose_layout.hpp"
 
 namespace hopattn::kernels::fwd {
 
@@ -20,9 +24,11 @@ using namespace cute;
 
 // Storage carries the buffer; TmaO is the store's tensor map type. The map is always typed
 // bf16: a TMA store copies bits, so fp16 outputs (FP8 kernels choose at run time) share it.
-template <int kHeadDim, int kNumWgs, bool kStaged_>
+template <int kHeadDim, int kNumWgs, bool kStaged_, bool kInVtRing_ = false>
 struct OutputTile {
   static constexpr bool kStaged = kStaged_;
+  static constexpr bool kInVtRing = kInVtRing_;
+  static_assert(kStaged || !kInVtRing, "the V^T ring only ever holds a staged O");
   static constexpr int kRows = 64;  // rows of one consumer warpgroup
   using Carrier = cutlass::bfloat16_t;
   using TileWg = Shape<Int<kRows>, Int<kHeadDim>>;
@@ -35,11 +41,63 @@ struct OutputTile {
   using GmemTensor = typename GmemView<Carrier>::Tensor_;
   using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensor{}, SmemLayoutWg{}, TileWg{}, _1{}));
 
+  // Byte offsets within the buffer in closed form: 128-byte swizzle atoms (64 columns) tiled
+  // rows first, one warpgroup after the other; checked against SmemLayout below.
+  using Rows = SwizzledRows<kRows, 128, kRows * kHeadDim * int(sizeof(Carrier))>;
+
   struct Empty {};
   struct Buffer {
     alignas(1024) cute::array_aligned<Carrier, cute::cosize_v<SmemLayout>> data;
   };
-  using Storage = std::conditional_t<kStaged, Buffer, Empty>;
+  using Storage = std::conditional_t<kStaged && !kInVtRing, Buffer, Empty>;
 };
+
+// Byte offset of (row, col, warpgroup) in OutputTile's SmemLayout as CuTe addresses it: the
+// swizzle of a GMMA atom acts on the byte address (a swizzle pointer), so it is applied to the
+// unswizzled offset in bytes. Only for the compile-time check below.
+template <class Layout>
+constexpr uint32_t cute_output_offset(int row, int col, int wg) {
+  using namespace cute;
+  return uint32_t(get_swizzle_portion(Layout{})(2 * get_nonswizzle_portion(Layout{})(row, col, wg)));
+}
+template <class Tile, int kHeadDim, int kNumWgs>
+constexpr bool output_rows_match() {
+  for (int row = 0; row < Tile::kRows; row += 3)
+    for (int col = 0; col < kHeadDim; col += 8)
+      for (int wg = 0; wg < kNumWgs; ++wg)
+        if (cute_output_offset<typename Tile::SmemLayout>(row, col, wg) != Tile::Rows::offset(row, 2 * col, wg))
+          return false;
+  return true;
+}
+
+// One warpgroup's 64 x d accumulator (a WGMMA C fragment: warp w holds rows 16w..16w+15; per
+// 8-column group a thread holds columns 2t, 2t+1 of rows lane / 4 and lane / 4 + 8) as Out into
+// its buffer at smem address `buffer`, 16 columns per stmatrix.x4: matrix m takes rows
+// 8 (m % 2) .. +7 and column group m / 2 of the 16, so lane L gives the address of row L % 8 +
+// 8 (L / 8 % 2), column 8 (L / 16). Addresses in closed form from one row base and one XOR term,
+// and each pair converted right before its store: CuTe's tiled copy computed all 16 addresses as
+// 64-bit pointers at once, and with O's 128 registers live the FP8 d256 mainloop spilled.
+template <class Tile, class Out, class TensorO>
+__device__ __forceinline__ void stmatrix_output_rows(const TensorO& tOrO, uint32_t buffer, int wg_thread) {
+  using namespace cute;
+  using Rows = typename Tile::Rows;
+  Tensor o_rc = make_tensor(tOrO.data(), acc_as_rowcol(tOrO.layout()));  // (2 row halves, 2 x d / 8)
+  constexpr int kStores = decltype(size<1>(o_rc))::value / 4;             // 16 columns each
+  const int warp = wg_thread / 32, lane = wg_thread % 32;
+  const int row = 16 * warp + lane % 8 + 8 * (lane / 8 % 2);
+  const uint32_t row_addr = buffer + Rows::row_base(row);
+  const uint32_t col_xor = Rows::row_xor(row) ^ (uint32_t(lane / 16) << 4);
+  CUTE_UNROLL
+  for (int n = 0; n < kStores; ++n) {
+    const uint32_t addr = row_addr + Rows::col_part(32 * n, col_xor);
+    const uint32_t r0 = pack_pair<Out>(o_rc(0, 4 * n), o_rc(0, 4 * n + 1));
+    const uint32_t r1 = pack_pair<Out>(o_rc(1, 4 * n), o_rc(1, 4 * n + 1));
+    const uint32_t r2 = pack_pair<Out>(o_rc(0, 4 * n + 2), o_rc(0, 4 * n + 3));
+    const uint32_t r3 = pack_pair<Out>(o_rc(1, 4 * n + 2), o_rc(1, 4 * n + 3));
+    asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
+                 "r"(r1), "r"(r2), "r"(r3)
+                 : "memory");
+  }
+}
 
 }  // namespace hopattn::kernels::fwd

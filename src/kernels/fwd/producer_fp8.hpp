@@ -16,6 +16,12 @@
 // No cycle: the loader waits only for the consumers (K) and the transposers (staging slots of
 // earlier blocks); the transposers for the loader (V_n) and the consumers' P V of block
 // n+kStages (the V^T slot's previous tenant).
+// With the in-ring epilogue (Output::kInVtRing, epilogue.hpp) the consumers stage tile t's O in
+// the V^T ring after its last P V; on receiving tile t+1 (or the end), the transposers first wait
+// for that (`o_staged`), thread 0 issues the TMA stores and waits until the one from the half
+// of the ring that tile t+1's first V^T goes to has read it (the other, before its second V^T),
+// and only then do they write that V^T. They have written all of tile t's V^T by then, so the
+// consumers' wait for the ring closes no cycle.
 #pragma once
 
 #include <type_traits>
@@ -23,6 +29,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "kernels/fwd/epilogue.hpp"
 #include "kernels/fwd/fp8_scales.hpp"
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
@@ -96,6 +103,40 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
   }
 }
 
+constexpr int kTransposerBarrier = 8;  // the 96 transposer threads (named barriers: epilogue.hpp)
+
+// The in-ring epilogue's store of `tile`'s O, from the V^T ring; returns once the ring is free.
+// The stores leave from one thread (bulk groups are per thread), which waits for them to read
+// shared memory; the other transposers wait at the named barrier.
+// The stores are committed one bulk group per warpgroup, the warpgroup whose half of the ring is
+// V^T slot `first_slot` (where the next tile's first V^T goes) first; with `split` thread 0 waits
+// only for that group here and for the other before the tile's second V^T (the caller), so the
+// first transpose runs while the second store still reads: +0.5..1.5% at d256 512-2k, causal
+// unchanged (H100, perf-log session 29). Without (a tile of fewer than two blocks, or the end)
+// it waits for both.
+template <class T>
+__device__ __forceinline__ void store_output_from_vt_ring(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                                       const TileScheduler& sched, int tile, uint32_t phase, int tid,
+                                                       int first_slot, bool split) {
+  // Warpgroup w's half of the ring is V^T slot w (output_tile.hpp), which the slot order needs.
+  static_assert(T::kStages == T::kNumConsumerWgs &&
+                    T::Output::Rows::stage_base(1) == uint32_t(T::kBlockN * T::kHeadDim),
+                "each consumer warpgroup's O must fill exactly one V^T slot");
+  if (tid == 0) {
+    const TileCoord c = sched.decode(tile);
+    const SeqInfo si = seq_info(p, c.batch);
+    wait_full(smem.o_staged, phase);
+    for (int k = 0; k < T::kNumConsumerWgs; ++k) {
+      const int wg = (first_slot + k) % T::kNumConsumerWgs;
+      if (Epilogue<T>::wg_box_by_tma(p, c, si, wg)) Epilogue<T>::issue_output_store(p, smem.v.data(), c, si, wg);
+      cute::tma_store_arrive();
+    }
+    if (split) cute::tma_store_wait<T::kNumConsumerWgs - 1>();
+    else cute::tma_store_wait<0>();
+  }
+  named_barrier_sync(kTransposerBarrier, T::kNumTransposeThreads);
+}
+
 // tid: 0 .. T::kNumTransposeThreads - 1.
 template <class T>
 __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
@@ -107,13 +148,25 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
   // transposers run in 24).
   PackedPipeState<T::kStages> pipe;
   TileRingState ring;
+  constexpr bool kOutputInRing = T::Output::kInVtRing;
+  int staged_tile = -1;  // kOutputInRing: the last tile whose O the consumers stage in the ring (-1: none)
+  uint32_t staged_phase = 0;
   for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {
     const TileCoord c = sched.decode(tile);
     const SeqInfo si = seq_info(p, c.batch);
-    if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
+    if (c.m_block * T::kBlockM >= si.seqlen_q) continue;  // the consumers skip it too: no epilogue
     const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
     int n_begin, n_end;
     mask.block_range(c.m_block, n_begin, n_end);
+    bool rest_pending = false;  // kOutputInRing: the second store may still read the ring
+    if constexpr (kOutputInRing) {
+      if (staged_tile >= 0) {
+        rest_pending = n_end - n_begin >= 2;
+        store_output_from_vt_ring<T>(p, smem, sched, staged_tile, staged_phase, tid, pipe.stage(), rest_pending);
+        staged_phase ^= 1;
+      }
+      staged_tile = n_end > n_begin ? tile : -1;  // a tile without blocks stores from registers
+    }
     for (int blocks = n_end - n_begin; blocks > 0; --blocks) {
       const int stage = pipe.stage();
       wait_full(smem.v_stage_full[stage], pipe.phase());
@@ -123,7 +176,15 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
       release(smem.v_full[stage]);
       release(smem.v_stage_empty[stage]);
       pipe.advance();
+      if (kOutputInRing && rest_pending) {  // the other warpgroup's store has read its slot too
+        if (tid == 0) cute::tma_store_wait<0>();
+        named_barrier_sync(kTransposerBarrier, T::kNumTransposeThreads);
+        rest_pending = false;
+      }
     }
+  }
+  if constexpr (kOutputInRing) {
+    if (staged_tile >= 0) store_output_from_vt_ring<T>(p, smem, sched, staged_tile, staged_phase, tid, pipe.stage(), false);
   }
 }
 

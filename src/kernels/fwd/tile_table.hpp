@@ -92,9 +92,15 @@ HOPATTN_TILE_ROW(256, HOPATTN_TILE_DEFAULT_HD256)
 // kernels) +1.6..2.0% unmasked, causal 1.00-1.005 (H100, session 27). d = 256 has no room.
 template <int kHeadDim>
 constexpr int kFp8Stages = kHeadDim == 256 ? 2 : 3;
+// The output is staged (O through shared memory and TMA stores, output_tile.hpp) in the
+// short-key kernel of d = 128 (up to 4096 keys, manifest.cmake) and in d = 256's only kernel, whose
+// buffer is the V^T ring: +3.9% at 512, +5.9% causal 512, +0.9..2.5% at 1k, +0.4..1.4% at 2k, and
+// +0.4..0.9% at 8k-16k against register stores (H100, perf-log session 29).
+template <int kHeadDim, FwdKernelUse kUse>
+constexpr bool kFp8StagedOutput = kUse == FwdKernelUse::kShortKeys || kHeadDim == 256;
 template <int kHeadDim, FwdKernelUse kUse = FwdKernelUse::kDefault>
 using DefaultFwdFp8Traits = FwdFp8Traits<kHeadDim, kHeadDim == 64 && kUse == FwdKernelUse::kDefault ? 192 : 128,
-                                         128, kFp8Stages<kHeadDim>, true, false>;
+                                         128, kFp8Stages<kHeadDim>, true, kFp8StagedOutput<kHeadDim, kUse>>;
 
 // The other kernels of a head dim (manifest.cmake) keep N = 128: the short-key kernels have a
 // staged epilogue whose O buffer (32 KB at d = 128) must fit next to double-buffered Q and the

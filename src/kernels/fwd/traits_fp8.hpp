@@ -127,11 +127,17 @@ struct FwdFp8Traits {
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim;
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim;
 
-  // The output is 16-bit (bf16 or fp16), staged or not as in FwdTraits.
-  using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_>;
-  static_assert(!kStagedEpilogue_ ||
-                    kQStages * kSmemQBytes + kSmemKVBytes + Output::kBytes + 2048 <= 227 * 1024,
-                "no shared memory left for the staged epilogue's buffer");
+  // The output is 16-bit (bf16 or fp16), staged or not as in FwdTraits. Where no buffer fits next
+  // to the rings (d = 256: 224 KB), a staged O goes into the V^T ring (output_tile.hpp): 2 x 128
+  // keys x 256 bytes is exactly 128 rows of 256 16-bit values.
+  static constexpr int kStagedOutputBytes = kBlockM * kHeadDim * 2;
+  static constexpr bool kOutputInVtRing =
+      kStagedEpilogue_ && kQStages * kSmemQBytes + kSmemKVBytes + kStagedOutputBytes + 2048 > 227 * 1024;
+  using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_, kOutputInVtRing>;
+  static_assert(!kOutputInVtRing || Output::kBytes <= kStages * kBlockN * kHeadDim,
+                "the staged output does not fit in the V^T ring");
+  static_assert(!kOutputInVtRing || !kSkipIdleWarpgroups,
+                "every consumer warpgroup passes the ring barrier of the in-ring epilogue");
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
@@ -140,6 +146,7 @@ struct FwdFp8Traits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> v;  // V^T
     typename Output::Storage o;
     alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
+    uint64_t o_staged;  // kOutputInVtRing: every consumer thread has written its O rows into the V^T ring
     uint64_t k_full[kStages], k_empty[kStages];
     uint64_t v_stage_full[kStages], v_stage_empty[kStages];  // TMA -> transposing warps
     uint64_t v_full[kStages], v_empty[kStages];              // transposing warps -> consumers

@@ -34,8 +34,9 @@ struct SwizzledRows {
   HOPATTN_HOST_DEVICE static constexpr uint32_t col_part(int col, uint32_t xor_bits) {
     return ((uint32_t(col) % kWidth) ^ xor_bits) + uint32_t(col / kWidth) * uint32_t(kRows * kWidth);
   }
+  HOPATTN_HOST_DEVICE static constexpr uint32_t stage_base(int stage) { return uint32_t(stage * kStageBytes); }
   HOPATTN_HOST_DEVICE static constexpr uint32_t offset(int row, int col, int stage) {
-    return row_base(row) + col_part(col, row_xor(row)) + uint32_t(stage * kStageBytes);
+    return row_base(row) + col_part(col, row_xor(row)) + stage_base(stage);
   }
 };
 

@@ -140,17 +140,19 @@ std::vector<FwdCase> coverage() {
   add([](FwdCase& c) { c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; });
   add([](FwdCase& c) { c.varlen_q = {300, 45}; c.varlen_k = {300, 800}; c.nheads = 8; c.nheads_k = 2; c.window_left = 50; c.head_dim = 64; });
   add([](FwdCase& c) { c.batch = 3; c.seqlen_q = 1024; c.seqlen_k = 1024; c.causal = true; c.nheads = 2; c.nheads_k = 2; });
-  // Past the staged-epilogue kernels' key limit (manifest.cmake; every shorter d96 / d128 case
-  // above runs the staged ones): d128 problems whose mask hides much (causal with seqlen_q >=
-  // seqlen_k / 2, any left window) run the masked 128-key kernel, the others the 176-key default
-  // kernel (causal chunked prefill, ragged last block, GQA, varlen); d96 its default.
-  add([](FwdCase& c) { c.seqlen_q = 130; c.seqlen_k = 2100; c.causal = true; c.nheads = 2; c.nheads_k = 1; });
-  add([](FwdCase& c) { c.seqlen_q = 1100; c.seqlen_k = 2100; c.causal = true; c.nheads = 2; c.nheads_k = 1; });
-  add([](FwdCase& c) { c.seqlen_q = 200; c.seqlen_k = 2500; c.window_left = 300; c.window_right = 40; c.nheads = 2; c.nheads_k = 2; });
-  add([](FwdCase& c) { c.seqlen_q = 300; c.seqlen_k = 2100; c.nheads = 4; c.nheads_k = 2; });
-  add([](FwdCase& c) { c.dtype = DType::kFloat16; c.seqlen_q = 129; c.seqlen_k = 2113; c.nheads = 2; c.nheads_k = 1; });
-  add([](FwdCase& c) { c.varlen_q = {100, 7, 260}; c.varlen_k = {2100, 50, 3000}; c.nheads = 4; c.nheads_k = 1; });
-  add([](FwdCase& c) { c.head_dim = 96; c.seqlen_q = 70; c.seqlen_k = 1100; c.nheads = 2; c.nheads_k = 2; });
+  // Past the staged-epilogue kernels' key limits (manifest.cmake: 4096 at d128, 2048 at d96; every
+  // shorter d96 / d128 case above runs the staged ones): d128 problems whose mask hides much
+  // (causal with seqlen_q >= seqlen_k / 2, any left window) run the masked 128-key kernel, the
+  // others the 176-key default kernel (causal chunked prefill, ragged last block, GQA, fp16,
+  // varlen); d96 its default.
+  add([](FwdCase& c) { c.seqlen_q = 130; c.seqlen_k = 4200; c.causal = true; c.nheads = 2; c.nheads_k = 1; });
+  add([](FwdCase& c) { c.seqlen_q = 2200; c.seqlen_k = 4200; c.causal = true; c.nheads = 2; c.nheads_k = 1; });
+  add([](FwdCase& c) { c.seqlen_q = 200; c.seqlen_k = 4500; c.window_left = 300; c.window_right = 40; c.nheads = 2; c.nheads_k = 2; });
+  add([](FwdCase& c) { c.seqlen_q = 300; c.seqlen_k = 4200; c.nheads = 4; c.nheads_k = 2; });
+  add([](FwdCase& c) { c.dtype = DType::kFloat16; c.seqlen_q = 129; c.seqlen_k = 4113; c.nheads = 2; c.nheads_k = 1; });
+  add([](FwdCase& c) { c.varlen_q = {100, 7, 260}; c.varlen_k = {4200, 50, 5000}; c.nheads = 4; c.nheads_k = 1; });
+  add([](FwdCase& c) { c.head_dim = 96; c.seqlen_q = 70; c.seqlen_k = 2200; c.nheads = 2; c.nheads_k = 2; });
+  add([](FwdCase& c) { c.head_dim = 96; c.dtype = DType::kFloat16; c.varlen_q = {129, 40}; c.varlen_k = {2300, 100}; c.causal = true; c.nheads = 4; c.nheads_k = 2; });
   // d64: causal or left-windowed problems up to 1024 keys run the masked two-warpgroup kernel
   // (ragged, GQA, fp16, varlen, softcap); 1025 keys go back to the three-warpgroup default.
   add([](FwdCase& c) { c.head_dim = 64; c.seqlen_q = 1000; c.seqlen_k = 1000; c.causal = true; c.nheads = 4; c.nheads_k = 2; });
@@ -169,7 +171,7 @@ std::vector<FwdCase> coverage() {
   add([](FwdCase& c) { c.no_pingpong = true; c.head_dim = 256; c.seqlen_q = 200; c.seqlen_k = 500; c.window_left = 100; });
   // Experiment knobs (FwdTuning): each d128 kernel forced onto problems the dispatcher gives
   // another one, and L2 sections smaller than the heads (the tile order changes, not the result).
-  add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128_staged"; c.seqlen_q = 300; c.seqlen_k = 2500; c.causal = true; });
+  add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128_staged"; c.seqlen_q = 300; c.seqlen_k = 4500; c.causal = true; });
   // The staged kernels with many tiles per CTA (each warpgroup reuses its O buffer), and varlen
   // tiles whose boxes would cross into the next sequence (register stores).
   add([](FwdCase& c) { c.seqlen_q = 700; c.seqlen_k = 700; c.causal = true; c.max_ctas = 3; });

@@ -82,7 +82,9 @@ __device__ __forceinline__ void stmatrix_output_rows(const TensorO& tOrO, uint32
   using namespace cute;
   using Rows = typename Tile::Rows;
   Tensor o_rc = make_tensor(tOrO.data(), acc_as_rowcol(tOrO.layout()));  // (2 row halves, 2 x d / 8)
-  constexpr int kStores = decltype(size<1>(o_rc))::value / 4;             // 16 columns each
+  static_assert(decltype(size<0>(o_rc))::value == 2 && decltype(size<1>(o_rc))::value % 4 == 0,
+                "one 64-row WGMMA accumulator per warpgroup, whole 16-column stores");
+  constexpr int kStores = decltype(size<1>(o_rc))::value / 4;  // 16 columns each
   const int warp = wg_thread / 32, lane = wg_thread % 32;
   const int row = 16 * warp + lane % 8 + 8 * (lane / 8 % 2);
   const uint32_t row_addr = buffer + Rows::row_base(row);

@@ -46,6 +46,14 @@ CUTLASS_DEVICE int lane_id_fresh() {
   return static_cast<int>(lane);
 }
 
+// stmatrix.x4 (four 8x8 matrices of 16-bit values, non-transposed): lane L gives the shared-memory
+// address of row L % 8 of matrix L / 8, and a, b, c, d are its pieces of matrices 0..3. The caller
+// orders the stores before their readers (a proxy fence or a barrier).
+CUTLASS_DEVICE void stmatrix_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b),
+               "r"(c), "r"(d));
+}
+
 // The thread's index within its warpgroup, read where it is used (as lane_id_fresh), so that
 // epilogue addresses derived from it are not computed ahead of the mainloop and held through it.
 CUTLASS_DEVICE int warpgroup_thread_fresh() {

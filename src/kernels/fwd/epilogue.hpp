@@ -151,8 +151,6 @@ struct Epilogue {
     const int wg = consumer_wg_uniform();
     named_barrier_sync(kOutputRingBarrier, T::kNumConsumerThreads);
     if (wg_box_by_tma(p, c, si, wg)) {
-      static_assert(output_rows_match<Output, T::kHeadDim, T::kNumConsumerWgs>(),
-                    "the output buffer's closed-form offsets differ from CuTe's layout");
       const uint32_t buffer = cute::cast_smem_ptr_to_uint(smem.v.data()) + Output::Rows::stage_base(wg);
       stmatrix_output_rows<Output, Out>(tOrO, buffer, warpgroup_thread_fresh());
       cute::tma_store_fence();  // the generic-proxy writes, visible to the TMA store (async proxy)

@@ -19,6 +19,27 @@ constexpr auto k_major_smem_atom() {
   else return GMMA::Layout_K_INTER_Atom<Element>{};
 }
 
+// Byte offset of an element (row, col, stage) of a swizzled K-major layout of kElemBytes-byte
+// elements, as CuTe addresses it: a GMMA atom's swizzle acts on the byte address (buffers are
+// 1024-byte aligned, so swizzling the offset is the same). Only for the compile-time checks below.
+template <class Layout, int kElemBytes>
+constexpr uint32_t cute_byte_offset(int row, int col, int stage) {
+  return uint32_t(get_swizzle_portion(Layout{})(kElemBytes * get_nonswizzle_portion(Layout{})(row, col, stage)));
+}
+
+// Whether a closed form of those offsets (Closed::offset(row, byte column, stage): SwizzledRows,
+// v_transpose_layout.hpp) agrees with CuTe's layout, on a sample of rows and every 16-byte chunk
+// (constexpr evaluation has a step limit).
+template <class Layout, class Closed, int kElemBytes, int kRows, int kCols, int kStages>
+constexpr bool closed_form_matches() {
+  for (int row = 0; row < kRows; row += 3)
+    for (int col = 0; col < kCols; col += 16 / kElemBytes)
+      for (int stage = 0; stage < kStages; ++stage)
+        if (cute_byte_offset<Layout, kElemBytes>(row, col, stage) != Closed::offset(row, kElemBytes * col, stage))
+          return false;
+  return true;
+}
+
 // A (rows, head_dim, heads, batch) global tensor as the TMA descriptors of every kernel see it.
 template <class Element>
 struct GmemView {

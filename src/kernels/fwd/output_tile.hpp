@@ -42,8 +42,10 @@ struct OutputTile {
   using TmaO = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensor{}, SmemLayoutWg{}, TileWg{}, _1{}));
 
   // Byte offsets within the buffer in closed form: 128-byte swizzle atoms (64 columns) tiled
-  // rows first, one warpgroup after the other; checked against SmemLayout below.
+  // rows first, one warpgroup after the other (the in-ring epilogue's stmatrix_output_rows).
   using Rows = SwizzledRows<kRows, 128, kRows * kHeadDim * int(sizeof(Carrier))>;
+  static_assert(!kInVtRing || closed_form_matches<SmemLayout, Rows, int(sizeof(Carrier)), kRows, kHeadDim, kNumWgs>(),
+                "the output buffer's closed-form offsets differ from CuTe's layout");
 
   struct Empty {};
   struct Buffer {
@@ -51,24 +53,6 @@ struct OutputTile {
   };
   using Storage = std::conditional_t<kStaged && !kInVtRing, Buffer, Empty>;
 };
-
-// Byte offset of (row, col, warpgroup) in OutputTile's SmemLayout as CuTe addresses it: the
-// swizzle of a GMMA atom acts on the byte address (a swizzle pointer), so it is applied to the
-// unswizzled offset in bytes. Only for the compile-time check below.
-template <class Layout>
-constexpr uint32_t cute_output_offset(int row, int col, int wg) {
-  using namespace cute;
-  return uint32_t(get_swizzle_portion(Layout{})(2 * get_nonswizzle_portion(Layout{})(row, col, wg)));
-}
-template <class Tile, int kHeadDim, int kNumWgs>
-constexpr bool output_rows_match() {
-  for (int row = 0; row < Tile::kRows; row += 3)
-    for (int col = 0; col < kHeadDim; col += 8)
-      for (int wg = 0; wg < kNumWgs; ++wg)
-        if (cute_output_offset<typename Tile::SmemLayout>(row, col, wg) != Tile::Rows::offset(row, 2 * col, wg))
-          return false;
-  return true;
-}
 
 // One warpgroup's 64 x d accumulator (a WGMMA C fragment: warp w holds rows 16w..16w+15; per
 // 8-column group a thread holds columns 2t, 2t+1 of rows lane / 4 and lane / 4 + 8) as Out into
@@ -96,9 +80,7 @@ __device__ __forceinline__ void stmatrix_output_rows(const TensorO& tOrO, uint32
     const uint32_t r1 = pack_pair<Out>(o_rc(1, 4 * n), o_rc(1, 4 * n + 1));
     const uint32_t r2 = pack_pair<Out>(o_rc(0, 4 * n + 2), o_rc(0, 4 * n + 3));
     const uint32_t r3 = pack_pair<Out>(o_rc(1, 4 * n + 2), o_rc(1, 4 * n + 3));
-    asm volatile("stmatrix.sync.aligned.x4.m8n8.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(r0),
-                 "r"(r1), "r"(r2), "r"(r3)
-                 : "memory");
+    stmatrix_x4(addr, r0, r1, r2, r3);
   }
 }
 

@@ -21,6 +21,8 @@
 
 #include <cute/tensor.hpp>
 
+#include "kernels/common/device_utils.hpp"
+#include "kernels/fwd/layouts.hpp"
 #include "kernels/fwd/v_transpose_layout.hpp"
 
 namespace hopattn::kernels::fwd {
@@ -41,25 +43,6 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
   return __byte_perm(a, b, sel);
 }
 
-// Byte offset of an element of a swizzled e4m3 shared-memory layout, as CuTe computes it (CuTe's
-// GMMA atoms swizzle the byte address; buffers are 1024-byte aligned, so swizzling the offset is
-// the same). Used only to check the closed form (SwizzledRows, v_transpose_layout.hpp) at compile
-// time.
-template <class Layout>
-constexpr uint32_t cute_fp8_offset(int row, int col, int stage) {
-  using namespace cute;
-  return uint32_t(get_swizzle_portion(Layout{})(get_nonswizzle_portion(Layout{})(row, col, stage)));
-}
-
-template <class Layout, class Closed, int kRowsTotal, int kCols, int kStages>
-constexpr bool closed_form_matches() {
-  for (int row = 0; row < kRowsTotal; row += 3)  // a sample: constexpr evaluation has a step limit
-    for (int col = 0; col < kCols; col += 16)
-      for (int stage = 0; stage < kStages; ++stage)
-        if (cute_fp8_offset<Layout>(row, col, stage) != Closed::offset(row, col, stage)) return false;
-  return true;
-}
-
 template <class T>
 struct VTranspose {
   static constexpr int kWarps = T::kNumTransposeThreads / 32;
@@ -67,9 +50,9 @@ struct VTranspose {
   static constexpr int kVWidth = T::kHeadDim >= 128 ? 128 : T::kHeadDim;  // staging swizzle atom
   using Src = SwizzledRows<T::kBlockN, kVWidth, T::kBlockN * T::kHeadDim>;       // (keys, d)
   using Dst = SwizzledRows<T::kHeadDim, T::kBlockN, T::kBlockN * T::kHeadDim>;   // (d, keys)
-  static_assert(closed_form_matches<typename T::SmemLayoutVStage, Src, T::kBlockN, T::kHeadDim, T::kStages>(),
+  static_assert(closed_form_matches<typename T::SmemLayoutVStage, Src, 1, T::kBlockN, T::kHeadDim, T::kStages>(),
                 "staging V offsets differ from CuTe's layout");
-  static_assert(closed_form_matches<typename T::SmemLayoutVt, Dst, T::kHeadDim, T::kBlockN, T::kStages>(),
+  static_assert(closed_form_matches<typename T::SmemLayoutVt, Dst, 1, T::kHeadDim, T::kBlockN, T::kStages>(),
                 "V^T offsets differ from CuTe's layout");
 
   // Transposes V stage `stage` of the staging ring into the same stage of the V^T ring (the two
@@ -163,10 +146,6 @@ struct VTransposeLdsm {
                  : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3])
                  : "r"(addr));
   }
-  __device__ __forceinline__ static void stsm_x4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b),
-                 "r"(c), "r"(d));
-  }
 
   __device__ __forceinline__ static void run(uint32_t v_stage_base, uint32_t vt_base, int stage, int ptid) {
     using Lanes = LdsmTransposeLanes;
@@ -192,7 +171,7 @@ struct VTransposeLdsm {
       for (int c = 0; c < 4; ++c) ldsm_x4_trans(src + uint32_t(c * 32 * kVWidth), v[c]);
       CUTE_UNROLL
       for (int c = 0; c < 4; ++c)
-        stsm_x4(dst ^ uint32_t(32 * c), byte_perm(v[c][0], v[c][1], sel_a), byte_perm(v[c][0], v[c][1], sel_a ^ 0x1111u),
+        stmatrix_x4(dst ^ uint32_t(32 * c), byte_perm(v[c][0], v[c][1], sel_a), byte_perm(v[c][0], v[c][1], sel_a ^ 0x1111u),
                 byte_perm(v[c][2], v[c][3], sel_a), byte_perm(v[c][2], v[c][3], sel_a ^ 0x1111u));
     }
   }

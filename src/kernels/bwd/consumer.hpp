@@ -160,7 +160,7 @@ struct BwdConsumer {
     };
 
     for_each_key_tile(p, smem, sched, kv_pipe, mma_dkv, tid, [&](const TileWork<T>& w, int steps, auto& tdKrdK,
-                                                                 auto& tdVrdV) HOPATTN_LAMBDA_INLINE {
+                                                                 auto& tdVrdV, auto& tl) HOPATTN_LAMBDA_INLINE {
       StepCursor cur{w.m_first, w.m_begin, w.m_end};
       fwd::PackedPipeState<2> prev = ds_pipe;  // meaningful once a step has stored its dS
       // Whether dQ lags one step behind in this tile (see the header comment). Lagging costs a
@@ -216,6 +216,7 @@ struct BwdConsumer {
         warpgroup_wait<1>();
         warpgroup_fence_operand(tdVrdV);
         warpgroup_fence_operand(tdKrdK);
+        if constexpr (kLast) tl.mark(kBwdLastDkvDone);
         fwd::release(smem.qdo_empty[s]);
         pipe.advance();
         cur.advance();
@@ -240,8 +241,10 @@ struct BwdConsumer {
           warpgroup_wait<0>();
           if constexpr (kLast) {
             if (!lag) release_kv(smem);
+            tl.mark(kBwdKvReleased);
           }
           finish_prev_dq(tdQrdQ, dq_src, real);
+          if constexpr (kLast) tl.mark(kBwdLastStepDone);
         }
         prev = ds_pipe;
         ds_pipe.advance();
@@ -276,7 +279,9 @@ struct BwdConsumer {
         warpgroup_fence_operand(tdQrdQ);
         issue_scores(tSrS, 0);
         warpgroup_wait<0>();
+        tl.mark(kBwdFirstScoresDone);
         for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, cute::false_type{}, tSrS, tSrdP, tdQrdQ);
+        tl.mark(kBwdLastStepStarts);
         step(steps - 1, cute::false_type{}, cute::true_type{}, tSrS, tSrdP, tdQrdQ);
         if (lag) drain(steps, tdQrdQ);
       } else {

@@ -10,6 +10,7 @@
 #include "kernels/bwd/schedule.hpp"
 #include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/pipeline.hpp"
+#include "kernels/fwd/timeline.hpp"
 
 namespace hopattn::kernels::bwd {
 
@@ -40,6 +41,21 @@ __device__ __forceinline__ void release_kv(Storage& smem) {
   fwd::release(smem.kv_empty);
 }
 
+// What the consumers' eight timeline events mean in the backward (-DHOPATTN_EXP_TIMELINE,
+// tools/bwd-timeline; fwd/timeline.hpp records them), per key tile.
+enum BwdTimelineEvent : int {
+  kBwdTileReceived,
+  kBwdKvLanded,
+  kBwdFirstScoresDone,  // the first step's S^T (issued before the step loop) has completed
+  kBwdLastStepStarts,
+  kBwdLastDkvDone,      // the last step's dV and dK GEMMs have completed
+  kBwdKvReleased,
+  kBwdLastStepDone,     // its last dQ hand-off too
+  kBwdGradsStored,      // the epilogue's stores are issued
+};
+// The producer's: tile claimed, first Q issued, K and V issued.
+enum BwdProducerTimelineEvent : int { kBwdTileClaimed, kBwdFirstQIssued, kBwdKvIssued };
+
 template <class T, class MmaDkv, class RunSteps>
 __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                   const fwd::TileScheduler& sched, fwd::PackedPipeState<1>& kv_pipe,
@@ -47,8 +63,11 @@ __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, t
   using namespace cute;
   constexpr int kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
   fwd::TileRingState ring;
+  fwd::Timeline tl;
   for (int tile = fwd::receive_tile(smem.tiles, ring); tile < sched.num_tiles;
        tile = fwd::receive_tile(smem.tiles, ring)) {
+    tl.next_tile();
+    tl.mark(kBwdTileReceived);
     const TileWork<T> w = tile_work<T>(p, sched, tile);
     if (w.n_block * kBlockN >= w.si.seqlen_k) continue;  // no keys: nothing to write
     Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
@@ -62,10 +81,12 @@ __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, t
     warpgroup_fence_operand(tdKrdK);
     if (!w.empty()) {
       fwd::wait_full(smem.kv_full, kv_pipe.phase());
-      run_steps(w, p.head_group * (w.m_end - w.m_begin), tdKrdK, tdVrdV);  // calls release_kv
+      tl.mark(kBwdKvLanded);
+      run_steps(w, p.head_group * (w.m_end - w.m_begin), tdKrdK, tdVrdV, tl);  // calls release_kv
       kv_pipe.advance();
     }
     store_kv_grads(p, smem, tdKrdK, tdVrdV, mma_dkv, w, tid);
+    tl.mark(kBwdGradsStored);
   }
   if constexpr (T::kStagedGrads) cute::tma_store_wait<0>();  // the last stores have read smem.grad
 }

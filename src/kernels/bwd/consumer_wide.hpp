@@ -103,7 +103,7 @@ struct BwdWideConsumer {
 
     int buf = 0;
     for_each_key_tile(p, smem, sched, kv_pipe, mma_dkv, tid, [&](const TileWork<T>& w, int steps, auto& tdKrdK,
-                                                                 auto& tdVrdV) {
+                                                                 auto& tdVrdV, auto& tl) {
       // Every accumulator is created and pinned here, before any GEMM is in flight (consumer.hpp
       // says why: otherwise ptxas may serialize every WGMMA of the kernel). The S^T, dP^T and dQ
       // GEMMs start from zero (their previous contents are dead).
@@ -189,6 +189,7 @@ struct BwdWideConsumer {
         warpgroup_wait<kDqChunks>();
         warpgroup_fence_operand(tdVrdV);
         warpgroup_fence_operand(tdKrdK);
+        if constexpr (kLast) tl.mark(kBwdLastDkvDone);
         fwd::release(smem.do_empty[ds]);
         fwd::release(smem.q_empty[qs]);
         q_pipe.advance();
@@ -202,18 +203,24 @@ struct BwdWideConsumer {
             warpgroup_wait<kPrefetched>();
           } else {
             warpgroup_wait<kLater>();
-            if constexpr (kLast && kLater == 0) release_kv(smem);
+            if constexpr (kLast && kLater == 0) {
+              release_kv(smem);
+              tl.mark(kBwdKvReleased);
+            }
           }
           auto tdQrdQ_c = tdQrdQ(_, _, _, c);
           warpgroup_fence_operand(tdQrdQ_c);
           hand_off_dq<T>(smem, dq_pipe, tdQrdQ_c, tid);
         });
         if constexpr (kPrefetch) warpgroup_wait<0>();
+        if constexpr (kLast) tl.mark(kBwdLastStepDone);
       };
       if constexpr (kOverlapSteps) {
         issue_prefetch(0);
         warpgroup_wait<0>();
+        tl.mark(kBwdFirstScoresDone);
         for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, cute::false_type{});
+        tl.mark(kBwdLastStepStarts);
         step(steps - 1, cute::false_type{}, cute::true_type{});
       } else {
         for (int i = 0; i + 1 < steps; ++i) step(i, cute::false_type{}, cute::false_type{});

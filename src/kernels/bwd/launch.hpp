@@ -219,6 +219,9 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
       HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
       const int grid = std::min(p.num_tiles, a.num_sms);
       launch_after_prior_grid(kernel, dim3(grid), dim3(T::kNumThreads), T::kSmemBytes, stream, p);
+#ifdef HOPATTN_EXP_TIMELINE
+      fwd::timeline_print_kernel<<<1, 1, 0, stream>>>();
+#endif
     }
   }
 

@@ -239,6 +239,40 @@ def test_varlen_seqused():
     assert_within_rule(torch.cat(outs), torch.cat(refs), torch.cat(lowps))
 
 
+@pytest.mark.parametrize("head_dim", [128, 256])
+@pytest.mark.parametrize("causal", [False, True])
+def test_fp8_varlen_seqused(head_dim, causal):
+    # The FP8 kernels with seqused_q/k (d256 stores O from its V^T ring, d128 from its staging
+    # buffer): sequence 0 ends its used rows inside a 128-row tile, sequence 2 uses one row, and
+    # the used keys stop mid-block.
+    torch.manual_seed(12)
+    e4m3 = torch.float8_e4m3fn
+    lens = [200, 150, 64]
+    used_q = [70, 150, 1]
+    used_k = [200, 33, 64]
+    qs = [randn(n, 4, head_dim).to(e4m3) for n in lens]
+    ks = [randn(n, 2, head_dim).to(e4m3) for n in lens]
+    vs = [randn(n, 2, head_dim).to(e4m3) for n in lens]
+    q, cu = pack(qs)
+    k, _ = pack(ks)
+    v, _ = pack(vs)
+    sq = torch.tensor(used_q, dtype=torch.int32, device=DEV)
+    sk = torch.tensor(used_k, dtype=torch.int32, device=DEV)
+    out = call_or_skip(flash_attn_varlen_func, q, k, v, cu, cu, max(lens), max(lens),
+                       seqused_q=sq, seqused_k=sk, causal=causal)
+    assert out.dtype == torch.bfloat16
+    outs, refs, lowps = [], [], []
+    for i, (qi, ki, vi) in enumerate(zip(qs, ks, vs)):
+        a = qi[None, :used_q[i]]
+        kk, vv = ki[None, :used_k[i]], vi[None, :used_k[i]]
+        refs.append(attention_ref(a, kk, vv, causal=causal)[0][0])
+        lowps.append(attention_ref(a, kk, vv, causal=causal, upcast=False)[0][0])
+        start = int(cu[i])
+        outs.append(out[start:start + used_q[i]])
+    # As test_fp8_with_descale: P is multiplied in e4m3 as well.
+    assert_within_rule(torch.cat(outs), torch.cat(refs), torch.cat(lowps), factor=4.0, atol=1e-3)
+
+
 # ---- kv cache -----------------------------------------------------------------------------------
 
 

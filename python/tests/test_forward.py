@@ -213,31 +213,37 @@ def test_varlen(causal, window, nheads_k):
     assert_lse_close(lse, torch.cat(ref_lses, dim=1))
 
 
-def test_varlen_seqused():
-    # seqused_k limits each sequence's keys; seqused_q its rows (rows past it are not written).
-    torch.manual_seed(10)
-    lens = [64, 100, 30]
-    used_q = [50, 100, 1]
-    used_k = [64, 20, 30]
-    qs = [randn(n, 4, 128) for n in lens]
-    ks = [randn(n, 4, 128) for n in lens]
-    vs = [randn(n, 4, 128) for n in lens]
+def run_seqused(lens, used_q, used_k, nheads_k, head_dim, causal, dtype=None):
+    """flash_attn_varlen_func over random packed sequences of `lens` rows (4 query heads),
+    seqused_q / seqused_k limiting each to its first used_q[i] rows and used_k[i] keys. Returns
+    the output and, per sequence, (q, k, v, out) of its used part, each (1, rows, heads, dim)."""
+    qs = [randn(n, 4, head_dim) for n in lens]
+    ks = [randn(n, nheads_k, head_dim) for n in lens]
+    vs = [randn(n, nheads_k, head_dim) for n in lens]
+    if dtype is not None:
+        qs, ks, vs = ([t.to(dtype) for t in ts] for ts in (qs, ks, vs))
     q, cu = pack(qs)
     k, _ = pack(ks)
     v, _ = pack(vs)
     sq = torch.tensor(used_q, dtype=torch.int32, device=DEV)
     sk = torch.tensor(used_k, dtype=torch.int32, device=DEV)
     out = call_or_skip(flash_attn_varlen_func, q, k, v, cu, cu, max(lens), max(lens),
-                       seqused_q=sq, seqused_k=sk, causal=True)
-    outs, refs, lowps = [], [], []
+                       seqused_q=sq, seqused_k=sk, causal=causal)
+    parts = []
     for i, (qi, ki, vi) in enumerate(zip(qs, ks, vs)):
-        a = qi[None, :used_q[i]]
-        kk, vv = ki[None, :used_k[i]], vi[None, :used_k[i]]
-        refs.append(attention_ref(a, kk, vv, causal=True)[0][0])
-        lowps.append(attention_ref(a, kk, vv, causal=True, upcast=False)[0][0])
         start = int(cu[i])
-        outs.append(out[start:start + used_q[i]])
-    assert_within_rule(torch.cat(outs), torch.cat(refs), torch.cat(lowps))
+        parts.append((qi[None, :used_q[i]], ki[None, :used_k[i]], vi[None, :used_k[i]],
+                      out[None, start:start + used_q[i]]))
+    return out, parts
+
+
+def test_varlen_seqused():
+    # seqused_k limits each sequence's keys; seqused_q its rows (rows past it are not written).
+    torch.manual_seed(10)
+    _, parts = run_seqused([64, 100, 30], [50, 100, 1], [64, 20, 30], nheads_k=4, head_dim=128, causal=True)
+    refs = [attention_ref(q, k, v, causal=True)[0][0] for q, k, v, _ in parts]
+    lowps = [attention_ref(q, k, v, causal=True, upcast=False)[0][0] for q, k, v, _ in parts]
+    assert_within_rule(torch.cat([o[0] for *_, o in parts]), torch.cat(refs), torch.cat(lowps))
 
 
 @pytest.mark.parametrize("head_dim", [128, 256])
@@ -247,29 +253,13 @@ def test_fp8_varlen_seqused(head_dim, causal):
     # buffer): sequence 0 ends its used rows inside a 128-row tile, sequence 2 uses one row, and
     # the used keys stop mid-block.
     torch.manual_seed(12)
-    e4m3 = torch.float8_e4m3fn
-    lens = [200, 150, 64]
-    used_q = [70, 150, 1]
-    used_k = [200, 33, 64]
-    qs = [randn(n, 4, head_dim).to(e4m3) for n in lens]
-    ks = [randn(n, 2, head_dim).to(e4m3) for n in lens]
-    vs = [randn(n, 2, head_dim).to(e4m3) for n in lens]
-    q, cu = pack(qs)
-    k, _ = pack(ks)
-    v, _ = pack(vs)
-    sq = torch.tensor(used_q, dtype=torch.int32, device=DEV)
-    sk = torch.tensor(used_k, dtype=torch.int32, device=DEV)
-    out = call_or_skip(flash_attn_varlen_func, q, k, v, cu, cu, max(lens), max(lens),
-                       seqused_q=sq, seqused_k=sk, causal=causal)
+    out, parts = run_seqused([200, 150, 64], [70, 150, 1], [200, 33, 64], nheads_k=2, head_dim=head_dim,
+                             causal=causal, dtype=torch.float8_e4m3fn)
     assert out.dtype == torch.bfloat16
-    for i, (qi, ki, vi) in enumerate(zip(qs, ks, vs)):
-        a = qi[None, :used_q[i]]
-        kk, vv = ki[None, :used_k[i]], vi[None, :used_k[i]]
-        ref = attention_ref(a, kk, vv, causal=causal)[0]
-        start = int(cu[i])
+    for i, (q, k, v, o) in enumerate(parts):
+        ref = attention_ref(q, k, v, causal=causal)[0]
         # Causal rows here see as few as one key: the e4m3 error model, per element.
-        assert_within_fp8_bound(out[None, start:start + used_q[i]], a, kk, vv, ref, causal=causal,
-                                name=f"out of sequence {i}")
+        assert_within_fp8_bound(o, q, k, v, ref, causal=causal, name=f"out of sequence {i}")
 
 
 # ---- kv cache -----------------------------------------------------------------------------------

@@ -240,8 +240,10 @@ struct BwdConsumer {
         } else {
           warpgroup_wait<0>();
           if constexpr (kLast) {
-            if (!lag) release_kv(smem);
-            tl.mark(kBwdKvReleased);
+            if (!lag) {
+              release_kv(smem);
+              tl.mark(kBwdKvReleased);
+            }
           }
           finish_prev_dq(tdQrdQ, dq_src, real);
           if constexpr (kLast) tl.mark(kBwdLastStepDone);
@@ -256,6 +258,7 @@ struct BwdConsumer {
         issue_prev_dq(tdQrdS, tdQrKt, tdQrdQ, prev);
         warpgroup_wait<0>();
         release_kv(smem);
+        tl.mark(kBwdKvReleased);
         finish_prev_dq(tdQrdQ, prev, true);
       };
       // Warpgroup 1 starts a lagging tile once warpgroup 0 has its first probabilities, so that
@@ -292,7 +295,9 @@ struct BwdConsumer {
           auto tdQrdQ = fresh_dq();
           step(i, cute::false_type{}, last, tSrS, tSrdP, tdQrdQ);
         };
+        tl.mark(kBwdFirstScoresDone);  // here: the first step starts (its S^T is not issued ahead)
         for (int i = 0; i + 1 < steps; ++i) serial_step(i, cute::false_type{});
+        tl.mark(kBwdLastStepStarts);
         serial_step(steps - 1, cute::true_type{});
         auto tdQrdQ = fresh_dq();
         if (lag) drain(steps, tdQrdQ);

@@ -8,6 +8,7 @@
 #include "kernels/bwd/epilogue.hpp"
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
+#include "kernels/bwd/timeline_events.hpp"
 #include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/pipeline.hpp"
 #include "kernels/fwd/timeline.hpp"
@@ -40,21 +41,6 @@ template <class Storage>
 __device__ __forceinline__ void release_kv(Storage& smem) {
   fwd::release(smem.kv_empty);
 }
-
-// What the consumers' eight timeline events mean in the backward (-DHOPATTN_EXP_TIMELINE,
-// tools/bwd-timeline; fwd/timeline.hpp records them), per key tile.
-enum BwdTimelineEvent : int {
-  kBwdTileReceived,
-  kBwdKvLanded,
-  kBwdFirstScoresDone,  // the first step's S^T (issued before the step loop) has completed
-  kBwdLastStepStarts,
-  kBwdLastDkvDone,      // the last step's dV and dK GEMMs have completed
-  kBwdKvReleased,
-  kBwdLastStepDone,     // its last dQ hand-off too
-  kBwdGradsStored,      // the epilogue's stores are issued
-};
-// The producer's: tile claimed, first Q issued, K and V issued.
-enum BwdProducerTimelineEvent : int { kBwdTileClaimed, kBwdFirstQIssued, kBwdKvIssued };
 
 template <class T, class MmaDkv, class RunSteps>
 __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,

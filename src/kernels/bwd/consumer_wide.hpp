@@ -223,7 +223,9 @@ struct BwdWideConsumer {
         tl.mark(kBwdLastStepStarts);
         step(steps - 1, cute::false_type{}, cute::true_type{});
       } else {
+        tl.mark(kBwdFirstScoresDone);  // here: the first step starts (its S^T is not issued ahead)
         for (int i = 0; i + 1 < steps; ++i) step(i, cute::false_type{}, cute::false_type{});
+        tl.mark(kBwdLastStepStarts);
         step(steps - 1, cute::false_type{}, cute::true_type{});
       }
     });

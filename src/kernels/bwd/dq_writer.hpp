@@ -33,7 +33,7 @@
 #include <cute/arch/copy_sm90_tma.hpp>
 
 #ifdef HOPATTN_EXP_BWD_NO_DQ_REDUCE
-#pragma message("HOPATTN_EXP_BWD_NO_DQ_REDUCE: the dQ writer skips its reduce-adds, dQ is wrong (timing experiment, perf-log session 30)")
+#pragma message("HOPATTN_EXP_BWD_NO_DQ_REDUCE: the dQ writer skips its bulk writes (reduce-adds and first stores), dQ is wrong (timing experiment, perf-log session 30)")
 #endif
 
 #include "kernels/bwd/params.hpp"
@@ -201,8 +201,10 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
           // The address from the index here, not held across the waits above (24 registers).
           float* dst = p.dq_accum + int64_t(block) * kBlockFloats + c * kChunkFloats;
           fwd::wait_full(smem.dq_full, dq_pipe.phase());
-#ifndef HOPATTN_EXP_BWD_NO_DQ_REDUCE  // timing experiment only: dQ is then wrong
+#ifndef HOPATTN_EXP_BWD_NO_DQ_REDUCE  // timing experiment only: no bulk writes, dQ is then wrong
           bulk_write_f32(dst, smem.dq, kChunkBytes, /*add=*/!store);
+#else
+          (void)dst;
 #endif
           if constexpr (kDeterministic) {
             if (c == 0 && pending >= 0) {

@@ -220,7 +220,7 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
       const int grid = std::min(p.num_tiles, a.num_sms);
       launch_after_prior_grid(kernel, dim3(grid), dim3(T::kNumThreads), T::kSmemBytes, stream, p);
 #ifdef HOPATTN_EXP_TIMELINE
-      fwd::timeline_print_kernel<<<1, 1, 0, stream>>>();
+      fwd::timeline_print_kernel<<<1, 1, 0, stream>>>(/*bwd=*/true);
 #endif
     }
   }

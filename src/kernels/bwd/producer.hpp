@@ -8,6 +8,7 @@
 
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
+#include "kernels/bwd/timeline_events.hpp"
 #include "kernels/fwd/pipeline.hpp"
 #include "kernels/fwd/timeline.hpp"
 
@@ -83,13 +84,13 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
   StepLoadRings<T> rings;
   PackedPipeState<1> kv_pipe;
   fwd::TileRingState ring;
-  fwd::Timeline tl(0);  // experiment probe (tools/bwd-timeline; consumer_common.hpp lists the events)
+  fwd::Timeline tl(0);  // experiment probe (tools/bwd-timeline, timeline_events.hpp)
   // The next tile is claimed and published once this tile's loads are issued, not before them:
   // the consumers ask for it only at this tile's end, and the claim's atomic round trip no longer
   // delays the tile's K/V load (+2..4% at d128 512-2k, perf-log session 21).
   for (int tile = claim_and_publish(smem, ring); tile < sched.num_tiles; tile = claim_and_publish(smem, ring)) {
     tl.next_tile();
-    tl.mark(0);  // claimed
+    tl.mark(kBwdTileClaimed);
     const TileWork<T> w = tile_work<T>(p, sched, tile);
     if (w.empty()) continue;  // the consumers write zero dK, dV without loads
 
@@ -106,7 +107,7 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
       expect_bytes(smem.kv_full, 2 * T::kBytesKV);
       copy(p.tma_k.with(smem.kv_full), get<0>(k_views), get<1>(k_views));
       copy(p.tma_v.with(smem.kv_full), get<0>(v_views), get<1>(v_views));
-      tl.mark(2);  // K and V issued
+      tl.mark(kBwdKvIssued);
       kv_pipe.advance();
     };
     // K and V free only once the previous tile's last GEMM is done; its last step's Q stage (and
@@ -116,13 +117,16 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
     auto load_kv_after_first_q = [&] {
       if constexpr (T::kFirstQBeforeKv) {
         if (kv_left) {
-          tl.mark(1);  // the first Q issued
+          tl.mark(kBwdKvLoadBegins);
           load_kv();
         }
         kv_left = false;
       }
     };
-    if constexpr (!T::kFirstQBeforeKv) load_kv();
+    if constexpr (!T::kFirstQBeforeKv) {
+      tl.mark(kBwdKvLoadBegins);
+      load_kv();
+    }
 
     for (int g = 0; g < p.head_group; ++g) {
       const int head = w.kv_head * p.head_group + g;

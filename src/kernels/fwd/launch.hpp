@@ -184,7 +184,7 @@ void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
   kernel<<<grid, T::kNumThreads, T::kSmemBytes, stream>>>(p);
   HOPATTN_CUDA_CHECK(cudaGetLastError());
 #ifdef HOPATTN_EXP_TIMELINE
-  timeline_print_kernel<<<1, 1, 0, stream>>>();
+  timeline_print_kernel<<<1, 1, 0, stream>>>(/*bwd=*/false);
 #endif
 }
 

@@ -55,13 +55,15 @@ struct Timeline {
 };
 
 // Launched after the kernel (launch.hpp): with printf inside the warp-specialized kernel (its
-// producer runs in 24 registers) the launch ended in an illegal-instruction error.
-static __global__ void timeline_print_kernel() {
+// producer runs in 24 registers) the launch ended in an illegal-instruction error. `bwd`: the
+// backward's stamps (bwd/launch.hpp), printed as "timeline bwd role ..." so that tools/bwd-timeline
+// never reads the forward's, which the same benchmark run also prints.
+static __global__ void timeline_print_kernel(bool bwd) {
   for (int role = 0; role < 4; ++role) {
     for (int t = 0; t < timeline_tiles[role]; ++t) {
       const long long* e = timeline_stamps[role][t];
-      printf("timeline role %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld\n", role, t, e[0], e[1], e[2], e[3],
-             e[4], e[5], e[6], e[7]);
+      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld\n", bwd ? "bwd " : "", role, t, e[0],
+             e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
     }
     timeline_tiles[role] = 0;
   }

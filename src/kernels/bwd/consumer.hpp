@@ -246,7 +246,7 @@ struct BwdConsumer {
             }
           }
           finish_prev_dq(tdQrdQ, dq_src, real);
-          if constexpr (kLast) tl.mark(kBwdLastStepDone);
+          if (kLast && !lag) tl.mark(kBwdLastStepDone);  // where dQ lags: after the drain
         }
         prev = ds_pipe;
         ds_pipe.advance();
@@ -260,6 +260,7 @@ struct BwdConsumer {
         release_kv(smem);
         tl.mark(kBwdKvReleased);
         finish_prev_dq(tdQrdQ, prev, true);
+        tl.mark(kBwdLastStepDone);
       };
       // Warpgroup 1 starts a lagging tile once warpgroup 0 has its first probabilities, so that
       // each one's softmax runs under the other's GEMMs (nothing re-aligns them until the tile

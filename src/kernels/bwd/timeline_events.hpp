@@ -12,7 +12,7 @@ enum BwdTimelineEvent : int {
   kBwdLastStepStarts,
   kBwdLastDkvDone,      // the last step's dV and dK GEMMs have completed
   kBwdKvReleased,       // K and V freed (after the last step's dQ GEMM; after the drain where dQ lags)
-  kBwdLastStepDone,     // the last step's dQ handed off (where dQ lags, that comes with the drain)
+  kBwdLastStepDone,     // the last step's dQ handed off (where dQ lags: the drain's)
   kBwdGradsStored,      // the epilogue's stores are issued
 };
 // The producer: tile claimed; its K/V load begins (waits for the buffer; at d96-d256 after the

@@ -103,6 +103,7 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
     auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
     auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
     auto load_kv = [&] {
+      tl.mark(kBwdKvLoadBegins);
       wait_empty(smem.kv_empty, kv_pipe.phase());
       expect_bytes(smem.kv_full, 2 * T::kBytesKV);
       copy(p.tma_k.with(smem.kv_full), get<0>(k_views), get<1>(k_views));
@@ -116,17 +117,11 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
     bool kv_left = T::kFirstQBeforeKv;
     auto load_kv_after_first_q = [&] {
       if constexpr (T::kFirstQBeforeKv) {
-        if (kv_left) {
-          tl.mark(kBwdKvLoadBegins);
-          load_kv();
-        }
+        if (kv_left) load_kv();
         kv_left = false;
       }
     };
-    if constexpr (!T::kFirstQBeforeKv) {
-      tl.mark(kBwdKvLoadBegins);
-      load_kv();
-    }
+    if constexpr (!T::kFirstQBeforeKv) load_kv();
 
     for (int g = 0; g < p.head_group; ++g) {
       const int head = w.kv_head * p.head_group + g;

@@ -4,7 +4,14 @@
 // have read it before the next hand-off. This times the same op from one thread per SM, against
 // plain bulk stores, into an L2-sized or a DRAM-sized destination, each CTA in a window of its
 // own or groups of 8 CTAs sharing one window from rotated starts (the key tiles of a head adding
-// into the same query blocks). Prepared, not yet run. Not built by CMake; from the repository root:
+// into the same query blocks); and from fewer SMs, and as red.global.add.v4.f32 from 128 threads.
+// Results (H100, session 31, docs/perf-log.md): every SM at once adds 3.0-3.3 TB/s into L2
+// (1.3-1.4 us per op and SM), whether each op waits for its read or four are in flight, and
+// thread reds reach the same; stores 3.8-4.1 TB/s; a lone SM 730 ns per op. So the L2's
+// reduction throughput bounds the sum (the d256 backward at 8k keys adds about 2.6 TB/s), and
+// an op reads its 32 KB about as slowly as it sends them: with one buffer the consumers waited
+// that long per hand-off (two buffers at d256 since: dq_writer.hpp). Not built by CMake; from
+// the repository root:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a docs/experiments/bulk-reduce-bench.cu \
 //     -o /tmp/bulk-reduce && /tmp/bulk-reduce
 #include <cuda_runtime.h>
@@ -61,27 +68,41 @@ __global__ void bulk_ops(float* dst, int window_chunks, int group, int iters) {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
 }
 
-template <bool kAdd, bool kWaitRead>
-void run(const char* name, float* dst, int sms, int window_chunks, int group, int iters) {
-  auto kernel = bulk_ops<kAdd, kWaitRead>;
+// The alternative to the bulk op: every thread of the CTA adds its share of the chunk from
+// registers with red.global.add.v4.f32 (the load/store path rather than the bulk-copy engine).
+__global__ void thread_reds(float* dst, int window_chunks, int group, int iters) {
+  const int window = blockIdx.x / group, start = blockIdx.x % group;
+  float* base = dst + size_t(window) * window_chunks * kChunkFloats;
+  const float v = 1e-3f * float(threadIdx.x % 7);
+  for (int it = 0; it < iters; ++it) {
+    float* d = base + size_t((start + it) % window_chunks) * kChunkFloats;
+    for (int i = threadIdx.x * 4; i < kChunkFloats; i += blockDim.x * 4)
+      asm volatile("red.global.add.v4.f32 [%0], {%1, %1, %1, %1};" ::"l"(d + i), "f"(v) : "memory");
+  }
+}
+
+using Kernel = void (*)(float*, int, int, int);
+
+// Times `kernel` on `ctas` CTAs (one per SM), each doing `iters` ops of one chunk.
+void run(const char* name, Kernel kernel, float* dst, int ctas, int window_chunks, int group, int iters) {
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  kernel<<<sms, 128, kSmemBytes>>>(dst, window_chunks, group, iters);  // warm-up
+  kernel<<<ctas, 128, kSmemBytes>>>(dst, window_chunks, group, iters);  // warm-up
   CK(cudaGetLastError());
   float best = 1e30f;
   for (int r = 0; r < 5; ++r) {
     CK(cudaEventRecord(a));
-    kernel<<<sms, 128, kSmemBytes>>>(dst, window_chunks, group, iters);
+    kernel<<<ctas, 128, kSmemBytes>>>(dst, window_chunks, group, iters);
     CK(cudaEventRecord(b));
     CK(cudaEventSynchronize(b));
     float ms = 0;
     CK(cudaEventElapsedTime(&ms, a, b));
     best = ms < best ? ms : best;
   }
-  const double bytes = double(sms) * iters * kChunkBytes;
-  printf("%-44s %8.3f ms  %6.2f TB/s  %5.0f ns per op and SM\n", name, best, bytes / best / 1e9,
+  const double bytes = double(ctas) * iters * kChunkBytes;
+  printf("%-50s %4d CTAs %8.3f ms  %6.2f TB/s  %5.0f ns per op and SM\n", name, ctas, best, bytes / best / 1e9,
          best * 1e6 / iters);
   CK(cudaEventDestroy(a));
   CK(cudaEventDestroy(b));
@@ -106,12 +127,19 @@ int main() {
       snprintf(tag, sizeof tag, "%s, %s", chunks_per_cta == 2 ? "L2" : "DRAM", group == 1 ? "own window" : "8 share");
       char name[96];
       snprintf(name, sizeof name, "reduce-add, wait read (%s)", tag);
-      run<true, true>(name, dst, sms, window_chunks, group, iters);
+      run(name, bulk_ops<true, true>, dst, sms, window_chunks, group, iters);
       snprintf(name, sizeof name, "reduce-add, 4 in flight (%s)", tag);
-      run<true, false>(name, dst, sms, window_chunks, group, iters);
+      run(name, bulk_ops<true, false>, dst, sms, window_chunks, group, iters);
       snprintf(name, sizeof name, "store, wait read (%s)", tag);
-      run<false, true>(name, dst, sms, window_chunks, group, iters);
+      run(name, bulk_ops<false, true>, dst, sms, window_chunks, group, iters);
+      snprintf(name, sizeof name, "thread red.v4 (%s)", tag);
+      run(name, thread_reds, dst, sms, window_chunks, group, iters);
     }
+  }
+  // Whether one SM's bulk engine or the L2 as a whole limits the reduce-adds: fewer SMs at once.
+  for (int ctas : {8, 16, 33, 66, 99}) {
+    run("reduce-add, wait read (L2, 8 share)", bulk_ops<true, true>, dst, ctas, 16, 8, iters);
+    run("thread red.v4 (L2, 8 share)", thread_reds, dst, ctas, 16, 8, iters);
   }
   CK(cudaFree(dst));
   return 0;

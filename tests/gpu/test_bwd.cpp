@@ -198,6 +198,10 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.head_dim = 192; c.row_pad = 8; c.seqlen_q = 190; c.seqlen_k = 257; });
   add([](BwdCase& c) { c.head_dim = 256; c.varlen_q = {100, 0, 257, 1}; c.varlen_k = {64, 5, 300, 0}; c.causal = true; });
   add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; });
+  // The d256 writer keeps one bulk op in flight (two dQ pieces, dq_writer.hpp): its first stores
+  // and ordered adds across sequences of one step, of none, and of many.
+  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; });
+  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.seqlen_q = 200; c.seqlen_k = 1100; });  // dq_accum cleared
   add([](BwdCase& c) { c.head_dim = 192; c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; });
   // dq_accum cleared under a mask (bwd/launch.hpp, clears_dq_accum: the 64-key tiles beyond 1024
   // keys), also in the deterministic order; every other masked or deterministic case above has

@@ -97,7 +97,8 @@ struct BwdConsumer {
   int tid;  // 0 .. kNumConsumerThreads-1
   int wg;   // tid / 128, computed warp-uniformly by the caller
   fwd::PackedPipeState<T::kStages> pipe;
-  fwd::PackedPipeState<1> kv_pipe, dq_pipe;
+  fwd::PackedPipeState<1> kv_pipe;
+  DqPipe<T> dq_pipe;
 
   __device__ void run(const fwd::TileScheduler& sched) {
     using namespace cute;
@@ -224,9 +225,9 @@ struct BwdConsumer {
           // Experiment (traits.hpp): dQ's stores leave before S^T's operand reads, its fence after.
           warpgroup_wait<0>();
           warpgroup_fence_operand(tdQrdQ);
-          stage_dq<T>(smem, dq_pipe, tdQrdQ, tid);
+          const int b = stage_dq_piece<T, 0>(smem, dq_pipe, tdQrdQ, tid);
           issue_scores(tSrS, salt);
-          publish_dq<T>(smem);
+          publish_dq<T>(smem, b);
           warpgroup_wait<0>();
         } else if constexpr (kPrefetch) {
           // The next S^T queues behind dQ: the tensor cores stay busy through the dQ hand-off.

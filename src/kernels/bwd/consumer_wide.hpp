@@ -83,7 +83,8 @@ struct BwdWideConsumer {
   int wg;   // tid / 128, computed warp-uniformly by the caller
   fwd::PackedPipeState<T::kQStages> q_pipe;
   fwd::PackedPipeState<T::kDoStages> do_pipe;
-  fwd::PackedPipeState<1> kv_pipe, dq_pipe;
+  fwd::PackedPipeState<1> kv_pipe;
+  DqPipe<T> dq_pipe;
 
   __device__ void run(const fwd::TileScheduler& sched) {
     using namespace cute;

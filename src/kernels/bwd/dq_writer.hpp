@@ -1,10 +1,14 @@
 // Both sides of the dQ hand-off. The dQ writer warp (warpgroup 0, warp 1, lane 0): per step,
 // waits until the consumers have stored the block's dQ partial in shared memory (dq_full), adds
-// it to the FP32 accumulator in global memory with one bulk reduce-add (or stores it with one
-// bulk copy if it writes the block first, below), and frees the buffer (dq_empty) once the copy
-// has read it. The consumers never wait on global memory. At d = 256
-// a step's partial comes in T::kDqChunks pieces, one after the other through the same buffer;
-// each is a contiguous range of the block in dq_accum (see hand_off_dq).
+// it to the FP32 accumulator in global memory with bulk reduce-adds (or stores it with bulk
+// copies if it writes the block first, below), and frees each buffer (dq_empty) once its copy
+// has read it (DqRingRelease). The consumers never wait on global memory. A step's partial
+// comes in T::kDqChunks chunks (one per dQ GEMM of a warpgroup: 2 at d = 256), each handed off in
+// T::kDqPieces pieces; each piece is a contiguous range of the block in dq_accum (stage_dq_piece).
+// With one piece, every hand-off goes through the same buffer and waits for the previous bulk
+// op to have read it: about as long as the op takes, since the bulk engine reads shared memory
+// as it sends (docs/experiments/bulk-reduce-bench.cu, session 31). With two, smem.dq is a ring
+// of two half buffers: the consumers fill one while the op of the other still reads it.
 //
 // Unless `p.dq_accum_cleared` (clears_dq_accum in launch.hpp says where waiting for a first
 // store would cost more than clearing: e.g. without a mask beyond 1k keys), dq_accum
@@ -35,6 +39,9 @@
 #ifdef HOPATTN_EXP_BWD_NO_DQ_REDUCE
 #pragma message("HOPATTN_EXP_BWD_NO_DQ_REDUCE: the dQ writer skips its bulk writes (reduce-adds and first stores), dQ is wrong (timing experiment, perf-log session 30)")
 #endif
+#ifdef HOPATTN_EXP_BWD_HALF_DQ_REDUCE
+#pragma message("HOPATTN_EXP_BWD_HALF_DQ_REDUCE: the dQ writer skips half of its bulk writes, dQ is wrong and deterministic mode unordered (timing experiment, perf-log session 31)")
+#endif
 
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
@@ -64,6 +71,9 @@ __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.w
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all_but_newest() {
   asm volatile("cp.async.bulk.wait_group 1;" ::: "memory");
+}
+__device__ __forceinline__ void bulk_wait_read_all_but_newest() {
+  asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
 }
 
 // Deterministic mode: tells the next key block that this block's add has landed.
@@ -119,38 +129,90 @@ __host__ __device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::
   return n_block - lo;
 }
 
-// Consumer side: stores this thread's dQ values (one chunk of the block) into smem.dq in register
-// order, element i at float4 slot (i / 4) * threads + tid (consecutive threads, consecutive 16
-// bytes: no bank conflicts), once the writer has read the previous chunk, and tells the writer.
-// With the WGMMA accumulator order, chunk c of a block with N columns per warpgroup holds
-// elements [c * size, (c + 1) * size) of the whole block's fragment, i.e. a contiguous range of
-// float4 slots: the layout in dq_accum is the same whatever the chunking.
-template <class T, class TQ>
-__device__ __forceinline__ void stage_dq(typename T::SharedStorage& smem, fwd::PackedPipeState<1>& dq_pipe,
-                                         const TQ& tdQrdQ, int tid) {
+// Floats of one buffer of smem.dq (a piece of a chunk of the block).
+template <class T>
+constexpr int kDqPieceFloats = T::kBlockM * T::kHeadDim / (T::kDqChunks * T::kDqPieces);
+
+template <class T>
+using DqPipe = fwd::PackedPipeState<T::kDqPieces>;  // the ring of smem.dq's buffers
+
+// Consumer side: stores piece kPiece of this thread's dQ values of one chunk into the next buffer
+// of smem.dq in register order, element i of the piece at float4 slot (i / 4) * threads + tid
+// (consecutive threads, consecutive 16 bytes: no bank conflicts), once the writer has read what
+// the buffer held; returns the buffer. With the WGMMA accumulator order, chunk c of a block with
+// N columns per warpgroup holds elements [c * size, (c + 1) * size) of the whole block's
+// fragment, and piece k of it the k-th part of that range, i.e. a contiguous range of float4
+// slots: the layout in dq_accum is the same whatever the chunking.
+template <class T, int kPiece, class TQ>
+__device__ __forceinline__ int stage_dq_piece(typename T::SharedStorage& smem, DqPipe<T>& dq_pipe, const TQ& tdQrdQ,
+                                              int tid) {
   using namespace cute;
   static_assert(decltype(size(tdQrdQ))::value == T::kDqPerThread / T::kDqChunks);
-  float4* buf = reinterpret_cast<float4*>(smem.dq);
-  fwd::wait_empty(smem.dq_empty, dq_pipe.phase());
+  constexpr int kPerThread = T::kDqPerThread / (T::kDqChunks * T::kDqPieces);
+  const int b = dq_pipe.stage();
+  float4* buf = reinterpret_cast<float4*>(smem.dq + b * kDqPieceFloats<T>);
+  fwd::wait_empty(smem.dq_empty[b], dq_pipe.phase());
   dq_pipe.advance();
   CUTE_UNROLL
-  for (int i = 0; i < size(tdQrdQ); i += 4)
-    buf[(i / 4) * T::kNumConsumerThreads + tid] = make_float4(tdQrdQ(i), tdQrdQ(i + 1), tdQrdQ(i + 2), tdQrdQ(i + 3));
+  for (int i = 0; i < kPerThread; i += 4) {
+    const int e = kPiece * kPerThread + i;
+    buf[(i / 4) * T::kNumConsumerThreads + tid] = make_float4(tdQrdQ(e), tdQrdQ(e + 1), tdQrdQ(e + 2), tdQrdQ(e + 3));
+  }
+  return b;
 }
 
-// The staged chunk, handed to the writer once this thread's stores are visible to it.
+// The staged piece in buffer b, handed to the writer once this thread's stores are visible to it.
 template <class T>
-__device__ __forceinline__ void publish_dq(typename T::SharedStorage& smem) {
+__device__ __forceinline__ void publish_dq(typename T::SharedStorage& smem, int b) {
   cutlass::arch::fence_view_async_shared();  // the writer's bulk copy reads through the async proxy
-  fwd::release(smem.dq_full);
+  fwd::release(smem.dq_full[b]);
 }
 
+// One chunk, piece after piece.
 template <class T, class TQ>
-__device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd::PackedPipeState<1>& dq_pipe,
-                                            const TQ& tdQrdQ, int tid) {
-  stage_dq<T>(smem, dq_pipe, tdQrdQ, tid);
-  publish_dq<T>(smem);
+__device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, DqPipe<T>& dq_pipe, const TQ& tdQrdQ,
+                                            int tid) {
+  cute::for_each(cute::make_int_sequence<T::kDqPieces>{}, [&](auto k) {
+    publish_dq<T>(smem, stage_dq_piece<T, decltype(k)::value>(smem, dq_pipe, tdQrdQ, tid));
+  });
 }
+
+// The writer's side of smem.dq's ring: when it frees (dq_empty) the buffer of a bulk op. With one
+// buffer, once the op has read it, before the next hand-off. With more, the newest op's buffer is
+// held until the next op has been issued (then wait_group.read 1) or every op has landed, so
+// that one op is always in flight.
+template <int kBuffers>
+struct DqRingRelease {
+  int held = -1;  // the buffer the newest op reads (kBuffers > 1)
+
+  // An op reading buffer b was issued.
+  __device__ __forceinline__ void issued(uint64_t* dq_empty, int b) {
+    if constexpr (kBuffers == 1) {
+      bulk_wait_read();
+      fwd::release(dq_empty[0]);
+    } else {
+      if (held >= 0) {
+        bulk_wait_read_all_but_newest();
+        fwd::release(dq_empty[held]);
+      }
+      held = b;
+    }
+  }
+  // Every op has landed (bulk_wait_all): the held buffer is free now rather than after the
+  // next op, which may wait behind another CTA's block (a claim, a deterministic turn).
+  __device__ __forceinline__ void drained(uint64_t* dq_empty) {
+    if constexpr (kBuffers > 1) {
+      if (held >= 0) fwd::release(dq_empty[held]);
+      held = -1;
+    }
+  }
+  // No op was issued for buffer b (timing experiments).
+  __device__ __forceinline__ void skipped(uint64_t* dq_empty, int b) {
+    bulk_wait_read();
+    drained(dq_empty);
+    fwd::release(dq_empty[b]);
+  }
+};
 
 // The writer's tiles, with the deterministic ordering compiled in or out: without it the loop
 // holds only the destination, the step count and the ring position; with it the tile's fields
@@ -158,10 +220,12 @@ __device__ __forceinline__ void hand_off_dq(typename T::SharedStorage& smem, fwd
 template <class T, bool kDeterministic>
 __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                 const fwd::TileScheduler& sched) {
-  constexpr int kChunkFloats = T::kBlockM * T::kHeadDim / T::kDqChunks;
-  constexpr uint32_t kChunkBytes = kChunkFloats * sizeof(float);
+  constexpr int kPieces = T::kDqChunks * T::kDqPieces;  // hand-offs per block
+  constexpr int kPieceFloats = kDqPieceFloats<T>;
+  constexpr uint32_t kPieceBytes = kPieceFloats * sizeof(float);
   constexpr int kBlockFloats = T::kBlockM * T::kHeadDim;
-  fwd::PackedPipeState<1> dq_pipe;
+  DqPipe<T> dq_pipe;
+  DqRingRelease<T::kDqPieces> dq_release;
   fwd::TileRingState ring;
   WriterTile local;
   WriterTile& t = kDeterministic ? smem.writer_tile : local;
@@ -197,31 +261,47 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
         } else {
           store = !p.dq_accum_cleared && claim_or_wait_stored(p.dq_block_state + block);
         }
-        for (int c = 0; c < T::kDqChunks; ++c) {
+        for (int j = 0; j < kPieces; ++j) {
           // The address from the index here, not held across the waits above (24 registers).
-          float* dst = p.dq_accum + int64_t(block) * kBlockFloats + c * kChunkFloats;
-          fwd::wait_full(smem.dq_full, dq_pipe.phase());
-#ifndef HOPATTN_EXP_BWD_NO_DQ_REDUCE  // timing experiment only: no bulk writes, dQ is then wrong
-          bulk_write_f32(dst, smem.dq, kChunkBytes, /*add=*/!store);
+          float* dst = p.dq_accum + int64_t(block) * kBlockFloats + j * kPieceFloats;
+          const int b = dq_pipe.stage();
+          const float* src = smem.dq + b * kPieceFloats;
+          fwd::wait_full(smem.dq_full[b], dq_pipe.phase());
+          // Timing experiments skip writes (dQ is then wrong): all of them, or a block's second
+          // half of pieces (odd blocks where a block is one piece).
+#if defined(HOPATTN_EXP_BWD_NO_DQ_REDUCE)
+          const bool issue = false;
+#elif defined(HOPATTN_EXP_BWD_HALF_DQ_REDUCE)
+          const bool issue = kPieces > 1 ? j < kPieces / 2 : (m & 1) == 0;
 #else
-          (void)dst;
+          constexpr bool issue = true;
 #endif
+          if (!issue) {
+            dq_release.skipped(smem.dq_empty, b);
+            dq_pipe.advance();
+            continue;
+          }
+          bulk_write_f32(dst, src, kPieceBytes, /*add=*/!store);
           if constexpr (kDeterministic) {
-            if (c == 0 && pending >= 0) {
-              bulk_wait_all_but_newest();  // every chunk of the previous block has landed
+            if (j == 0 && pending >= 0) {
+              bulk_wait_all_but_newest();  // every piece of the previous block has landed
               signal_added(p.dq_block_state + pending);
             }
           }
-          bulk_wait_read();  // the shared buffer may be overwritten
-          fwd::release(smem.dq_empty);
+          dq_release.issued(smem.dq_empty, b);
           dq_pipe.advance();
         }
-        if constexpr (kDeterministic) pending = block;
-        else if (store) publish_stored(p.dq_block_state + block);
+        if constexpr (kDeterministic) {
+          pending = block;
+        } else if (store) {
+          publish_stored(p.dq_block_state + block);
+          dq_release.drained(smem.dq_empty);
+        }
       }
     }
     if (kDeterministic && pending >= 0) {
       bulk_wait_all();
+      dq_release.drained(smem.dq_empty);
       signal_added(p.dq_block_state + pending);
     }
   }

@@ -41,8 +41,10 @@ __device__ __forceinline__ void init_bwd_barriers(typename T::SharedStorage& sme
       EmptyBarrier::init(&smem.qdo_empty[s], num_consumer_threads);
     }
   }
-  EmptyBarrier::init(&smem.dq_full, num_consumer_threads);  // every consumer has stored its dQ
-  EmptyBarrier::init(&smem.dq_empty, 1);   // the writer arrives once its copy has read them
+  for (int b = 0; b < T::kDqPieces; ++b) {
+    EmptyBarrier::init(&smem.dq_full[b], num_consumer_threads);  // every consumer has stored its dQ piece
+    EmptyBarrier::init(&smem.dq_empty[b], 1);  // the writer arrives once its copy has read the buffer
+  }
   smem.tiles.init(num_consumer_threads + 1);  // consumers + the writer's lane 0
 }
 

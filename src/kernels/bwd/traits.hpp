@@ -39,6 +39,16 @@ struct WriterTile {
   int n_block, kv_head, m_begin, m_end, m_first, seqlen_q, seqlen_k;
 };
 
+// The dQ hand-off's pieces per step (dq_writer.hpp): with 2, smem.dq is a ring of two half
+// buffers, so that the consumers fill one while the writer's bulk op still reads the other. Here
+// (d <= 128) one: two measured 0.83-0.90 at d64 and 0.94-0.97 at d128 unmasked (H100, session
+// 31): a second fence and barrier arrival per step cost more than the overlap gains where a
+// step's dQ is one 32 KB op. The wide kernel takes two at d = 256 (tile_table.hpp).
+// Experiments: =2.
+#ifndef HOPATTN_BWD_DQ_PIECES
+#define HOPATTN_BWD_DQ_PIECES 1
+#endif
+
 using namespace cute;
 
 template <class Element_, int kHeadDim_, int kBlockM_ = 64, int kBlockN_ = 128, int kStages_ = 2>
@@ -204,7 +214,10 @@ struct BwdTraits {
   // Per-thread share of a block's dQ (64 x d floats over both warpgroups).
   static constexpr int kDqPerThread = kBlockM * kHeadDim / kNumConsumerThreads;
   static_assert(kDqPerThread % 4 == 0, "dQ partials move as float4");
-  static constexpr int kDqChunks = 1;  // dQ hand-offs per step (dq_writer.hpp)
+  static constexpr int kDqChunks = 1;  // dQ GEMMs per step and warpgroup (dq_writer.hpp)
+  static constexpr int kDqPieces = HOPATTN_BWD_DQ_PIECES;  // hand-offs per chunk (dq_writer.hpp)
+  static_assert(kDqPerThread % (4 * kDqPieces) == 0, "dQ pieces move as float4");
+  static_assert(!kDqStoresFirst || kDqPieces == 1, "the stores-first experiment hands dQ off in one piece");
   static constexpr bool kSplitHeadDim = false;  // this consumer (consumer.hpp), not consumer_wide.hpp
 
   struct SharedStorage {
@@ -216,14 +229,14 @@ struct BwdTraits {
     // dK, then dV, of the finished tile on their way to the TMA store (kStagedGrads).
     alignas(1024) cute::array_aligned<Element, kStagedGrads ? cute::cosize_v<SmemLayoutGrad> : 8> grad;
     // The block's dQ in the consumers' register order (see consumer.hpp), bulk-added to global
-    // memory by the dQ writer.
+    // memory by the dQ writer: kDqPieces buffers of one piece each.
     alignas(128) float dq[kBlockM * kHeadDim];
     alignas(16) float lse_log2[kStages][kBlockM];  // LSE * log2(e); +inf for rows without keys
     alignas(16) float dsum[kStages][kBlockM];      // D = rowsum(dO * O)
     // Barriers: see docs/design/bwd.md for what each one means.
     alignas(8) uint64_t kv_full, kv_empty;
     uint64_t q_full[kStages], do_full[kStages], qdo_empty[kStages];
-    uint64_t dq_full, dq_empty;
+    uint64_t dq_full[kDqPieces], dq_empty[kDqPieces];  // one pair per buffer of smem.dq
     uint64_t ds_full[2], ds_empty[2];  // dS buffer b: both warpgroups stored / read it
     fwd::TileRing tiles;
     WriterTile writer_tile;  // deterministic mode only

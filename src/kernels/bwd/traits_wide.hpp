@@ -19,6 +19,7 @@
 #include <cute/atom/mma_traits_sm90_gmma.hpp>
 #include <cute/arch/mma_sm90.hpp>
 
+#include "kernels/bwd/traits.hpp"  // WriterTile
 #include "kernels/fwd/tile_scheduler.hpp"
 #include "kernels/fwd/traits.hpp"
 
@@ -26,7 +27,8 @@ namespace hopattn::kernels::bwd {
 
 using namespace cute;
 
-template <class Element_, int kHeadDim_, int kQStages_, int kDoStages_, int kDqChunks_, int kPdsBuffers_>
+template <class Element_, int kHeadDim_, int kQStages_, int kDoStages_, int kDqChunks_, int kPdsBuffers_,
+          int kDqPieces_>
 struct BwdWideTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -55,9 +57,10 @@ struct BwdWideTraits {
   static constexpr bool kFirstQBeforeKv = true;
 
   static constexpr int kHalfDim = kHeadDim / 2;  // dK, dV, dQ columns per warpgroup
-  // dQ per warpgroup in kDqChunks GEMMs, each handed to the writer (through one shared buffer
-  // of a chunk) while the next one runs: more chunks, less shared memory.
+  // dQ per warpgroup in kDqChunks GEMMs, each handed to the writer (in kDqPieces pieces, through
+  // a ring of as many buffers of a piece) while the next one runs: more chunks, less shared memory.
   static constexpr int kDqChunks = kDqChunks_;
+  static constexpr int kDqPieces = kDqPieces_;  // hand-offs per chunk, buffers of smem.dq (dq_writer.hpp)
   static constexpr int kDqChunkCols = kHalfDim / kDqChunks;
   // P^T and dS^T buffers: with two, a warpgroup may store the next step's while the other still
   // reads this one's; with one, the consumers also sync before storing (pds_free).
@@ -137,7 +140,7 @@ struct BwdWideTraits {
   using GradTileWg = TileKV;
   using SmemLayoutGrad = SmemLayoutV;
   using TmaGrad = TmaV;
-  static_assert(kDqPerThread % (4 * kDqChunks) == 0, "dQ chunks move as float4");
+  static_assert(kDqPerThread % (4 * kDqChunks * kDqPieces) == 0, "dQ pieces move as float4");
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;
@@ -146,13 +149,14 @@ struct BwdWideTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>> v;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> pt;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> ds;
-    // One dQ chunk of the block in the consumers' register order (dq_writer.hpp).
+    // One dQ chunk of the block in the consumers' register order, as kDqPieces buffers of one
+    // piece each (dq_writer.hpp).
     alignas(128) float dq[kBlockM * kHeadDim / kDqChunks];
     alignas(16) float lse_log2[kQStages][kBlockM];  // loaded with Q
     alignas(16) float dsum[kDoStages][kBlockM];     // loaded with dO
     alignas(8) uint64_t kv_full, kv_empty;
     uint64_t q_full[kQStages], q_empty[kQStages], do_full[kDoStages], do_empty[kDoStages];
-    uint64_t dq_full, dq_empty;
+    uint64_t dq_full[kDqPieces], dq_empty[kDqPieces];  // one pair per buffer of smem.dq
     fwd::TileRing tiles;
     WriterTile writer_tile;  // deterministic mode only (traits.hpp)
     int* tile_counter;       // the scheduler's counter, read at each claim (traits.hpp)

@@ -42,6 +42,9 @@
 #ifdef HOPATTN_EXP_BWD_HALF_DQ_REDUCE
 #pragma message("HOPATTN_EXP_BWD_HALF_DQ_REDUCE: the dQ writer skips half of its bulk writes, dQ is wrong and deterministic mode unordered (timing experiment, perf-log session 31)")
 #endif
+#ifdef HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN
+#pragma message("HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN: the dQ writer skips the writes of one query block in N, dQ is wrong and deterministic mode unordered (timing experiment, perf-log session 31)")
+#endif
 
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
@@ -267,12 +270,14 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
           const int b = dq_pipe.stage();
           const float* src = smem.dq + b * kPieceFloats;
           fwd::wait_full(smem.dq_full[b], dq_pipe.phase());
-          // Timing experiments skip writes (dQ is then wrong): all of them, or a block's second
-          // half of pieces (odd blocks where a block is one piece).
+          // Timing experiments skip writes (dQ is then wrong): all of them, a block's second
+          // half of pieces (odd blocks where a block is one piece), or one block in N.
 #if defined(HOPATTN_EXP_BWD_NO_DQ_REDUCE)
           const bool issue = false;
 #elif defined(HOPATTN_EXP_BWD_HALF_DQ_REDUCE)
           const bool issue = kPieces > 1 ? j < kPieces / 2 : (m & 1) == 0;
+#elif defined(HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN)  // e.g. 5: the adds of 80-key tiles per FLOP
+          const bool issue = m % HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN != HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN - 1;
 #else
           constexpr bool issue = true;
 #endif

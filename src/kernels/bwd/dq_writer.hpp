@@ -137,7 +137,7 @@ template <class T>
 constexpr int kDqPieceFloats = T::kBlockM * T::kHeadDim / (T::kDqChunks * T::kDqPieces);
 
 template <class T>
-using DqPipe = fwd::PackedPipeState<T::kDqPieces>;  // the ring of smem.dq's buffers
+using DqPipe = fwd::PackedPipeState<T::kDqBuffers>;  // the ring of smem.dq's buffers
 
 // Consumer side: stores piece kPiece of this thread's dQ values of one chunk into the next buffer
 // of smem.dq in register order, element i of the piece at float4 slot (i / 4) * threads + tid
@@ -228,7 +228,7 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
   constexpr uint32_t kPieceBytes = kPieceFloats * sizeof(float);
   constexpr int kBlockFloats = T::kBlockM * T::kHeadDim;
   DqPipe<T> dq_pipe;
-  DqRingRelease<T::kDqPieces> dq_release;
+  DqRingRelease<T::kDqBuffers> dq_release;
   fwd::TileRingState ring;
   WriterTile local;
   WriterTile& t = kDeterministic ? smem.writer_tile : local;

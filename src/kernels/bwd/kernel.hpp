@@ -41,7 +41,7 @@ __device__ __forceinline__ void init_bwd_barriers(typename T::SharedStorage& sme
       EmptyBarrier::init(&smem.qdo_empty[s], num_consumer_threads);
     }
   }
-  for (int b = 0; b < T::kDqPieces; ++b) {
+  for (int b = 0; b < T::kDqBuffers; ++b) {
     EmptyBarrier::init(&smem.dq_full[b], num_consumer_threads);  // every consumer has stored its dQ piece
     EmptyBarrier::init(&smem.dq_empty[b], 1);  // the writer arrives once its copy has read the buffer
   }

@@ -7,16 +7,18 @@
 // * d = 192, 256: 64 x d FP32 dK and dV no longer fit per warpgroup; 64 keys per tile shared by
 //   both warpgroups, which split the head dim instead (traits_wide.hpp, consumer_wide.hpp).
 //   Measured on an H200 (docs/perf-log.md, sessions 9 and 22), as (Q stages, dO stages, dQ
-//   chunks, P/dS buffers, dQ pieces):
-//   d = 256 (2, 1, 2, 2, 2): K, V, dO 32 KB each, Q 2 x 32 KB, two 8 KB P^T and dS^T buffers, dQ
-//   in two 32 KB chunks: 224 KB. The second Q stage lets the next step's S^T run under the dQ
+//   chunks, P/dS buffers, dQ pieces, dQ buffers):
+//   d = 256 (2, 1, 2, 2, 2, 2): K, V, dO 32 KB each, Q 2 x 32 KB, two 8 KB P^T and dS^T buffers,
+//   dQ in two 32 KB chunks: 224 KB. The second Q stage lets the next step's S^T run under the dQ
 //   hand-off while dO lands (dP^T is issued at the step's start): +1.8..6.8% against one stage
 //   of each (session 22). A second stage of both only fits with dQ in four 16 KB chunks and
 //   one P/dS buffer, which measured 10-18% slower (session 9). Each chunk is handed off in two
 //   16 KB pieces through a ring of two half buffers (dq_writer.hpp): +1.7..2.4% at 512-1k keys,
 //   +0.8..2.1% from 2k (H100, session 31); at d64 and d128 (one 32 KB op per step) two pieces
-//   measured 0.83-0.97 (traits.hpp).
-//   d = 192 (2, 2, 1, 2, 1): 24 KB per Q/dO/K/V tile, dQ in one 48 KB chunk: 224 KB of the 227
+//   measured 0.83-0.97 (traits.hpp). One P/dS buffer measured 0.997-1.001 (session 31); the
+//   16 KB it frees paid for no second dO stage: that needs the dQ ring cut to 2 x 8 KB, and a
+//   ring under 32 KB stalls the hand-off (0.87-0.94 with the dO stage, 0.88-0.95 without).
+//   d = 192 (2, 2, 1, 2, 1, 1): 24 KB per Q/dO/K/V tile, dQ in one 48 KB chunk: 224 KB of the 227
 //   (in two pieces: 1.022 at 512, 0.974 at 2k, 1.009 causal 2k, H100, session 31: not adopted);
 //   with one stage the next step's S^T cannot be issued under the dQ hand-off (its Q is not
 //   loaded yet): 2-10% slower, but 10% faster at seqlen 1024 (not understood).
@@ -29,13 +31,14 @@
 
 namespace hopattn::kernels::bwd {
 
-// Experiments may override the wide shapes as five digits, Q stages / dO stages / dQ chunks /
-// P-dS buffers / dQ pieces: -DHOPATTN_BWD256_SHAPE=11221 (nvcc splits -D values at commas).
+// Experiments may override the wide shapes as six digits, Q stages / dO stages / dQ chunks /
+// P-dS buffers / dQ pieces / dQ buffers: -DHOPATTN_BWD256_SHAPE=112211 (nvcc splits -D values
+// at commas).
 #ifndef HOPATTN_BWD256_SHAPE
-#define HOPATTN_BWD256_SHAPE 21222
+#define HOPATTN_BWD256_SHAPE 212222
 #endif
 #ifndef HOPATTN_BWD192_SHAPE
-#define HOPATTN_BWD192_SHAPE 22121
+#define HOPATTN_BWD192_SHAPE 221211
 #endif
 // Query rows per step of the d64 kernel (experiments: -DHOPATTN_BWD64_BLOCK_M=64).
 #ifndef HOPATTN_BWD64_BLOCK_M
@@ -46,8 +49,8 @@ namespace hopattn::kernels::bwd {
 #define HOPATTN_BWD128_BLOCK_M 64
 #endif
 template <class Element, int kHeadDim, int kShape>
-using WideBwdTraits = BwdWideTraits<Element, kHeadDim, kShape / 10000, kShape / 1000 % 10, kShape / 100 % 10,
-                                    kShape / 10 % 10, kShape % 10>;
+using WideBwdTraits = BwdWideTraits<Element, kHeadDim, kShape / 100000, kShape / 10000 % 10, kShape / 1000 % 10,
+                                    kShape / 100 % 10, kShape / 10 % 10, kShape % 10>;
 
 template <class Element, int kHeadDim>
 using DefaultBwdTraits =

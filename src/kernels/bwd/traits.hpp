@@ -216,6 +216,7 @@ struct BwdTraits {
   static_assert(kDqPerThread % 4 == 0, "dQ partials move as float4");
   static constexpr int kDqChunks = 1;  // dQ GEMMs per step and warpgroup (dq_writer.hpp)
   static constexpr int kDqPieces = HOPATTN_BWD_DQ_PIECES;  // hand-offs per chunk (dq_writer.hpp)
+  static constexpr int kDqBuffers = kDqPieces;             // smem.dq's ring, one piece each
   static_assert(kDqPerThread % (4 * kDqPieces) == 0, "dQ pieces move as float4");
   static_assert(!kDqStoresFirst || kDqPieces == 1, "the stores-first experiment hands dQ off in one piece");
   static constexpr bool kSplitHeadDim = false;  // this consumer (consumer.hpp), not consumer_wide.hpp
@@ -229,14 +230,14 @@ struct BwdTraits {
     // dK, then dV, of the finished tile on their way to the TMA store (kStagedGrads).
     alignas(1024) cute::array_aligned<Element, kStagedGrads ? cute::cosize_v<SmemLayoutGrad> : 8> grad;
     // The block's dQ in the consumers' register order (see consumer.hpp), bulk-added to global
-    // memory by the dQ writer: kDqPieces buffers of one piece each.
+    // memory by the dQ writer: kDqBuffers buffers of one piece each.
     alignas(128) float dq[kBlockM * kHeadDim];
     alignas(16) float lse_log2[kStages][kBlockM];  // LSE * log2(e); +inf for rows without keys
     alignas(16) float dsum[kStages][kBlockM];      // D = rowsum(dO * O)
     // Barriers: see docs/design/bwd.md for what each one means.
     alignas(8) uint64_t kv_full, kv_empty;
     uint64_t q_full[kStages], do_full[kStages], qdo_empty[kStages];
-    uint64_t dq_full[kDqPieces], dq_empty[kDqPieces];  // one pair per buffer of smem.dq
+    uint64_t dq_full[kDqBuffers], dq_empty[kDqBuffers];  // one pair per buffer of smem.dq
     uint64_t ds_full[2], ds_empty[2];  // dS buffer b: both warpgroups stored / read it
     fwd::TileRing tiles;
     WriterTile writer_tile;  // deterministic mode only

@@ -28,7 +28,7 @@ namespace hopattn::kernels::bwd {
 using namespace cute;
 
 template <class Element_, int kHeadDim_, int kQStages_, int kDoStages_, int kDqChunks_, int kPdsBuffers_,
-          int kDqPieces_>
+          int kDqPieces_, int kDqBuffers_>
 struct BwdWideTraits {
   using Element = Element_;
   static constexpr int kHeadDim = kHeadDim_;
@@ -58,9 +58,10 @@ struct BwdWideTraits {
 
   static constexpr int kHalfDim = kHeadDim / 2;  // dK, dV, dQ columns per warpgroup
   // dQ per warpgroup in kDqChunks GEMMs, each handed to the writer (in kDqPieces pieces, through
-  // a ring of as many buffers of a piece) while the next one runs: more chunks, less shared memory.
+  // a ring of kDqBuffers buffers of a piece) while the next one runs.
   static constexpr int kDqChunks = kDqChunks_;
-  static constexpr int kDqPieces = kDqPieces_;  // hand-offs per chunk, buffers of smem.dq (dq_writer.hpp)
+  static constexpr int kDqPieces = kDqPieces_;    // hand-offs per chunk (dq_writer.hpp)
+  static constexpr int kDqBuffers = kDqBuffers_;  // smem.dq's ring, one piece each
   static constexpr int kDqChunkCols = kHalfDim / kDqChunks;
   // P^T and dS^T buffers: with two, a warpgroup may store the next step's while the other still
   // reads this one's; with one, the consumers also sync before storing (pds_free).
@@ -149,14 +150,13 @@ struct BwdWideTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutV>> v;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> pt;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> ds;
-    // One dQ chunk of the block in the consumers' register order, as kDqPieces buffers of one
-    // piece each (dq_writer.hpp).
-    alignas(128) float dq[kBlockM * kHeadDim / kDqChunks];
+    // kDqBuffers pieces of the block's dQ in the consumers' register order (dq_writer.hpp).
+    alignas(128) float dq[kBlockM * kHeadDim / (kDqChunks * kDqPieces) * kDqBuffers];
     alignas(16) float lse_log2[kQStages][kBlockM];  // loaded with Q
     alignas(16) float dsum[kDoStages][kBlockM];     // loaded with dO
     alignas(8) uint64_t kv_full, kv_empty;
     uint64_t q_full[kQStages], q_empty[kQStages], do_full[kDoStages], do_empty[kDoStages];
-    uint64_t dq_full[kDqPieces], dq_empty[kDqPieces];  // one pair per buffer of smem.dq
+    uint64_t dq_full[kDqBuffers], dq_empty[kDqBuffers];  // one pair per buffer of smem.dq
     fwd::TileRing tiles;
     WriterTile writer_tile;  // deterministic mode only (traits.hpp)
     int* tile_counter;       // the scheduler's counter, read at each claim (traits.hpp)

@@ -20,14 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));         \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
+#include "check_cuda.cuh"
 
 constexpr int kChunkBytes = 32 * 1024;  // the writer's chunk at d128 and d256
 constexpr int kChunkFloats = kChunkBytes / 4;

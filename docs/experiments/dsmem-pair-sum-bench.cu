@@ -27,16 +27,9 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace cg = cooperative_groups;
+#include "check_cuda.cuh"
 
-#define CK(x)                                                                  \
-  do {                                                                         \
-    cudaError_t e = (x);                                                       \
-    if (e != cudaSuccess) {                                                    \
-      printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e));         \
-      exit(1);                                                                 \
-    }                                                                          \
-  } while (0)
+namespace cg = cooperative_groups;
 
 constexpr int kThreads = 256;                    // the two consumer warpgroups
 constexpr int kPieceBytes = 16 * 1024;           // one d256 dQ hand-off

@@ -14,9 +14,11 @@
 // leader alone stores its piece (no follower, no barrier). Prints ns per piece and pair.
 // Results (H100, session 31, docs/perf-log.md): ring of 2 (what the d256 kernel's 32 KB of dQ
 // buffer holds) 840-1010 ns per piece, ring of 4 520-730 (bulk copies faster than remote
-// stores), the same with 1 cluster as with 66: about 16-31 GB/s per pair, below the 23-45 GB/s an
-// SM's bulk reduce-adds reach into L2. A d256 step's 64 KB would take 2.2-3.5 us to cross, more
-// than the step: the pair sum does not pay.
+// stores), the same with 1 cluster as with 66: 16-31 GB/s per pair, latency-bound. Through two
+// buffers a d256 step's 64 KB takes about 3.5 us to cross, more than the 2.7 us step; four
+// buffers need 32 KB more shared memory than the kernel has: the pair sum does not pay there.
+// (The leader's generic stores to a buffer are not fenced against the peer's next bulk write
+// into it, fence.proxy.async; formally needed, left out of what was timed.)
 // Not built by CMake; from the repository root:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a docs/experiments/dsmem-pair-sum-bench.cu \
 //     -o /tmp/dsmem-pair && /tmp/dsmem-pair
@@ -165,7 +167,7 @@ void run(const char* name, int ctas, int pieces, float* sink) {
     best = ms < best ? ms : best;
   }
   const double ns = best * 1e6 / pieces;
-  printf("%-28s ring of %d  %4d CTAs  %8.3f ms  %6.0f ns per 16 KB piece and pair  %6.1f GB/s per pair\n", name,
+  printf("%-28s ring of %d  %4d CTAs  %8.3f ms  %6.0f ns per 16 KB piece and pair  %6.1f GB/s\n", name,
          kDepth, ctas, best, ns, kPieceBytes / ns);
   CK(cudaEventDestroy(a));
   CK(cudaEventDestroy(b));

@@ -40,10 +40,10 @@
 #pragma message("HOPATTN_EXP_BWD_NO_DQ_REDUCE: the dQ writer skips its bulk writes (reduce-adds and first stores), dQ is wrong (timing experiment, perf-log session 30)")
 #endif
 #ifdef HOPATTN_EXP_BWD_HALF_DQ_REDUCE
-#pragma message("HOPATTN_EXP_BWD_HALF_DQ_REDUCE: the dQ writer skips half of its bulk writes, dQ is wrong and deterministic mode unordered (timing experiment, perf-log session 31)")
+#pragma message("HOPATTN_EXP_BWD_HALF_DQ_REDUCE: the dQ writer skips half of its bulk writes, dQ is wrong (timing experiment, perf-log session 31)")
 #endif
 #ifdef HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN
-#pragma message("HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN: the dQ writer skips the writes of one query block in N, dQ is wrong and deterministic mode unordered (timing experiment, perf-log session 31)")
+#pragma message("HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN: the dQ writer skips the writes of one query block in N, dQ is wrong (timing experiment, perf-log session 31)")
 #endif
 
 #include "kernels/bwd/params.hpp"
@@ -209,12 +209,9 @@ struct DqRingRelease {
       held = -1;
     }
   }
-  // No op was issued for buffer b (timing experiments).
-  __device__ __forceinline__ void skipped(uint64_t* dq_empty, int b) {
-    bulk_wait_read();
-    drained(dq_empty);
-    fwd::release(dq_empty[b]);
-  }
+  // No op was issued for buffer b (timing experiments): nothing reads it (the consumers filled
+  // it, so it was not the held one), and the op in flight, if any, stays in flight.
+  __device__ __forceinline__ void skipped(uint64_t* dq_empty, int b) { fwd::release(dq_empty[b]); }
 };
 
 // The writer's tiles, with the deterministic ordering compiled in or out: without it the loop
@@ -282,6 +279,13 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
           constexpr bool issue = true;
 #endif
           if (!issue) {
+            if constexpr (kDeterministic) {  // the previous block's signal is still due
+              if (j == 0 && pending >= 0) {
+                bulk_wait_all();
+                signal_added(p.dq_block_state + pending);
+                pending = -1;
+              }
+            }
             dq_release.skipped(smem.dq_empty, b);
             dq_pipe.advance();
             continue;

@@ -6,13 +6,14 @@
 //   session 2 measured it slower, when the kernel still spilled hundreds of bytes).
 // * d = 192, 256: 64 x d FP32 dK and dV no longer fit per warpgroup; 64 keys per tile shared by
 //   both warpgroups, which split the head dim instead (traits_wide.hpp, consumer_wide.hpp).
-//   Measured on an H200 (docs/perf-log.md, sessions 9 and 22), as (Q stages, dO stages, dQ
-//   chunks, P/dS buffers, dQ pieces, dQ buffers):
+//   Measured on an H200 (docs/perf-log.md, sessions 9 and 22) and an H100 (session 31), as
+//   (Q stages, dO stages, dQ chunks, P/dS buffers, dQ pieces, dQ buffers):
 //   d = 256 (2, 1, 2, 2, 2, 2): K, V, dO 32 KB each, Q 2 x 32 KB, two 8 KB P^T and dS^T buffers,
 //   dQ in two 32 KB chunks: 224 KB. The second Q stage lets the next step's S^T run under the dQ
 //   hand-off while dO lands (dP^T is issued at the step's start): +1.8..6.8% against one stage
-//   of each (session 22). A second stage of both only fits with dQ in four 16 KB chunks and
-//   one P/dS buffer, which measured 10-18% slower (session 9). Each chunk is handed off in two
+//   of each (session 22). A second stage of both fits with one P/dS buffer and 16 KB of dQ
+//   buffer: four 16 KB chunks measured 10-18% slower (session 9), two chunks in 8 KB pieces
+//   0.87-0.94 (session 31, below). Each chunk is handed off in two
 //   16 KB pieces through a ring of two half buffers (dq_writer.hpp): +1.7..2.4% at 512-1k keys,
 //   +0.8..2.1% from 2k (H100, session 31); at d64 and d128 (one 32 KB op per step) two pieces
 //   measured 0.83-0.97 (traits.hpp). One P/dS buffer measured 0.997-1.001 (session 31); the

@@ -231,7 +231,7 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, kStagedGrads ? cute::cosize_v<SmemLayoutGrad> : 8> grad;
     // The block's dQ in the consumers' register order (see consumer.hpp), bulk-added to global
     // memory by the dQ writer: kDqBuffers buffers of one piece each.
-    alignas(128) float dq[kBlockM * kHeadDim];
+    alignas(128) float dq[kBlockM * kHeadDim / kDqPieces * kDqBuffers];
     alignas(16) float lse_log2[kStages][kBlockM];  // LSE * log2(e); +inf for rows without keys
     alignas(16) float dsum[kStages][kBlockM];      // D = rowsum(dO * O)
     // Barriers: see docs/design/bwd.md for what each one means.

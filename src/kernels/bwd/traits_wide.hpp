@@ -62,6 +62,7 @@ struct BwdWideTraits {
   static constexpr int kDqChunks = kDqChunks_;
   static constexpr int kDqPieces = kDqPieces_;    // hand-offs per chunk (dq_writer.hpp)
   static constexpr int kDqBuffers = kDqBuffers_;  // smem.dq's ring, one piece each
+  static_assert(kDqPieces >= 1 && kDqBuffers >= 1, "at least one dQ piece and buffer");
   static constexpr int kDqChunkCols = kHalfDim / kDqChunks;
   // P^T and dS^T buffers: with two, a warpgroup may store the next step's while the other still
   // reads this one's; with one, the consumers also sync before storing (pds_free).

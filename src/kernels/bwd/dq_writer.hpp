@@ -42,6 +42,9 @@
 #ifdef HOPATTN_EXP_BWD_HALF_DQ_REDUCE
 #pragma message("HOPATTN_EXP_BWD_HALF_DQ_REDUCE: the dQ writer skips half of its bulk writes, dQ is wrong (timing experiment, perf-log session 31)")
 #endif
+#ifdef HOPATTN_EXP_BWD_NO_DQ_PROXY_FENCE
+#pragma message("HOPATTN_EXP_BWD_NO_DQ_PROXY_FENCE: no proxy fence before the dQ hand-off, the bulk copy may read stale dQ (timing experiment, bwd.md Open, session 31)")
+#endif
 #ifdef HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN
 #pragma message("HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN: the dQ writer skips the writes of one query block in N, dQ is wrong (timing experiment, perf-log session 31)")
 #endif
@@ -167,7 +170,9 @@ __device__ __forceinline__ int stage_dq_piece(typename T::SharedStorage& smem, D
 // The staged piece in buffer b, handed to the writer once this thread's stores are visible to it.
 template <class T>
 __device__ __forceinline__ void publish_dq(typename T::SharedStorage& smem, int b) {
+#ifndef HOPATTN_EXP_BWD_NO_DQ_PROXY_FENCE  // timing experiment: what the fence costs (dQ may be wrong)
   cutlass::arch::fence_view_async_shared();  // the writer's bulk copy reads through the async proxy
+#endif
   fwd::release(smem.dq_full[b]);
 }
 

@@ -36,17 +36,13 @@
 
 #include <cute/arch/copy_sm90_tma.hpp>
 
-#ifdef HOPATTN_EXP_BWD_NO_DQ_REDUCE
-#pragma message("HOPATTN_EXP_BWD_NO_DQ_REDUCE: the dQ writer skips its bulk writes (reduce-adds and first stores), dQ is wrong (timing experiment, perf-log session 30)")
-#endif
-#ifdef HOPATTN_EXP_BWD_HALF_DQ_REDUCE
-#pragma message("HOPATTN_EXP_BWD_HALF_DQ_REDUCE: the dQ writer skips half of its bulk writes, dQ is wrong (timing experiment, perf-log session 31)")
-#endif
 #ifdef HOPATTN_EXP_BWD_NO_DQ_PROXY_FENCE
 #pragma message("HOPATTN_EXP_BWD_NO_DQ_PROXY_FENCE: no proxy fence before the dQ hand-off, the bulk copy may read stale dQ (timing experiment, bwd.md Open, session 31)")
 #endif
+// Timing experiments (perf-log, sessions 30-31): -DHOPATTN_EXP_BWD_DQ_SKIP_ONE_IN=N skips the
+// bulk writes of one query block in N: 1 all of them, 2 half, 5 the share 80-key tiles save.
 #ifdef HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN
-#pragma message("HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN: the dQ writer skips the writes of one query block in N, dQ is wrong (timing experiment, perf-log session 31)")
+#pragma message("HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN: the dQ writer skips the writes of one query block in N, dQ is wrong (timing experiment)")
 #endif
 
 #include "kernels/bwd/params.hpp"
@@ -135,10 +131,6 @@ __host__ __device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::
   return n_block - lo;
 }
 
-// Floats of one buffer of smem.dq (a piece of a chunk of the block).
-template <class T>
-constexpr int kDqPieceFloats = T::kBlockM * T::kHeadDim / (T::kDqChunks * T::kDqPieces);
-
 template <class T>
 using DqPipe = fwd::PackedPipeState<T::kDqBuffers>;  // the ring of smem.dq's buffers
 
@@ -156,7 +148,7 @@ __device__ __forceinline__ int stage_dq_piece(typename T::SharedStorage& smem, D
   static_assert(decltype(size(tdQrdQ))::value == T::kDqPerThread / T::kDqChunks);
   constexpr int kPerThread = T::kDqPerThread / (T::kDqChunks * T::kDqPieces);
   const int b = dq_pipe.stage();
-  float4* buf = reinterpret_cast<float4*>(smem.dq + b * kDqPieceFloats<T>);
+  float4* buf = reinterpret_cast<float4*>(smem.dq + b * T::kDqPieceFloats);
   fwd::wait_empty(smem.dq_empty[b], dq_pipe.phase());
   dq_pipe.advance();
   CUTE_UNROLL
@@ -226,7 +218,7 @@ template <class T, bool kDeterministic>
 __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                 const fwd::TileScheduler& sched) {
   constexpr int kPieces = T::kDqChunks * T::kDqPieces;  // hand-offs per block
-  constexpr int kPieceFloats = kDqPieceFloats<T>;
+  constexpr int kPieceFloats = T::kDqPieceFloats;
   constexpr uint32_t kPieceBytes = kPieceFloats * sizeof(float);
   constexpr int kBlockFloats = T::kBlockM * T::kHeadDim;
   DqPipe<T> dq_pipe;
@@ -272,13 +264,7 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
           const int b = dq_pipe.stage();
           const float* src = smem.dq + b * kPieceFloats;
           fwd::wait_full(smem.dq_full[b], dq_pipe.phase());
-          // Timing experiments skip writes (dQ is then wrong): all of them, a block's second
-          // half of pieces (odd blocks where a block is one piece), or one block in N.
-#if defined(HOPATTN_EXP_BWD_NO_DQ_REDUCE)
-          const bool issue = false;
-#elif defined(HOPATTN_EXP_BWD_HALF_DQ_REDUCE)
-          const bool issue = kPieces > 1 ? j < kPieces / 2 : (m & 1) == 0;
-#elif defined(HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN)  // e.g. 5: the adds of 80-key tiles per FLOP
+#ifdef HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN  // timing experiments only (top of file): dQ is then wrong
           const bool issue = m % HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN != HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN - 1;
 #else
           constexpr bool issue = true;

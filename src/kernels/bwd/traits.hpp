@@ -217,6 +217,7 @@ struct BwdTraits {
   static constexpr int kDqChunks = 1;  // dQ GEMMs per step and warpgroup (dq_writer.hpp)
   static constexpr int kDqPieces = HOPATTN_BWD_DQ_PIECES;  // hand-offs per chunk (dq_writer.hpp)
   static constexpr int kDqBuffers = kDqPieces;             // smem.dq's ring, one piece each
+  static constexpr int kDqPieceFloats = kBlockM * kHeadDim / (kDqChunks * kDqPieces);  // a buffer
   static_assert(kDqPerThread % (4 * kDqPieces) == 0, "dQ pieces move as float4");
   static_assert(!kDqStoresFirst || kDqPieces == 1, "the stores-first experiment hands dQ off in one piece");
   static constexpr bool kSplitHeadDim = false;  // this consumer (consumer.hpp), not consumer_wide.hpp
@@ -231,7 +232,7 @@ struct BwdTraits {
     alignas(1024) cute::array_aligned<Element, kStagedGrads ? cute::cosize_v<SmemLayoutGrad> : 8> grad;
     // The block's dQ in the consumers' register order (see consumer.hpp), bulk-added to global
     // memory by the dQ writer: kDqBuffers buffers of one piece each.
-    alignas(128) float dq[kBlockM * kHeadDim / kDqPieces * kDqBuffers];
+    alignas(128) float dq[kDqPieceFloats * kDqBuffers];
     alignas(16) float lse_log2[kStages][kBlockM];  // LSE * log2(e); +inf for rows without keys
     alignas(16) float dsum[kStages][kBlockM];      // D = rowsum(dO * O)
     // Barriers: see docs/design/bwd.md for what each one means.

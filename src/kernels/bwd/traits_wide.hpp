@@ -63,6 +63,7 @@ struct BwdWideTraits {
   static constexpr int kDqPieces = kDqPieces_;    // hand-offs per chunk (dq_writer.hpp)
   static constexpr int kDqBuffers = kDqBuffers_;  // smem.dq's ring, one piece each
   static_assert(kDqPieces >= 1 && kDqBuffers >= 1, "at least one dQ piece and buffer");
+  static constexpr int kDqPieceFloats = kBlockM * kHeadDim / (kDqChunks * kDqPieces);  // a buffer
   static constexpr int kDqChunkCols = kHalfDim / kDqChunks;
   // P^T and dS^T buffers: with two, a warpgroup may store the next step's while the other still
   // reads this one's; with one, the consumers also sync before storing (pds_free).
@@ -152,7 +153,7 @@ struct BwdWideTraits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> pt;
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutPt>> ds;
     // kDqBuffers pieces of the block's dQ in the consumers' register order (dq_writer.hpp).
-    alignas(128) float dq[kBlockM * kHeadDim / (kDqChunks * kDqPieces) * kDqBuffers];
+    alignas(128) float dq[kDqPieceFloats * kDqBuffers];
     alignas(16) float lse_log2[kQStages][kBlockM];  // loaded with Q
     alignas(16) float dsum[kDoStages][kBlockM];     // loaded with dO
     alignas(8) uint64_t kv_full, kv_empty;

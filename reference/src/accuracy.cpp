@@ -63,6 +63,8 @@ Comparison compare(const std::vector<double>& kernel, const std::vector<double>&
   return c;
 }
 
+double lse_abs_tol(double softcap) { return 1e-4 + (softcap > 0 ? std::ldexp(softcap, -10) : 0.0); }
+
 Comparison compare_lse(const std::vector<double>& kernel, const std::vector<double>& ref,
                        double abs_tol, double ulps) {
   Comparison c;

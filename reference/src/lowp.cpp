@@ -120,7 +120,8 @@ std::vector<double> rounded_with(const Store& st, const std::vector<double>& x) 
 inline double f32(double x) { return double(float(x)); }
 
 // The emulated forward of one block up to P: P (nr x width) holds the stored probabilities,
-// exactly 0 outside each row's keys; T the stored tanh outputs (softcap); lse the fp32 LSE.
+// exactly 0 outside each row's keys; T the stored tanh outputs (softcap); lse the fp32 LSE; e
+// (nr x width) the fp32 exponentials before normalisation, over each row's keys.
 void lowp_probs(const Problem& pr, const Prec& prec, const RowBlock& blk,
                 const std::vector<double>& qb, const HeadKV& kv, std::vector<double>& P,
                 std::vector<double>& T, std::vector<float>& e, double* lse) {
@@ -130,7 +131,7 @@ void lowp_probs(const Problem& pr, const Prec& prec, const RowBlock& blk,
   gemm_acc(blk.nr, w, d, rows(qb.data(), size_t(d)),
            transposed(kv.k.data() + size_t(blk.lo) * d, size_t(d)), P.data(), size_t(w));
   if (pr.softcap > 0) T.assign(P.size(), 0.0);
-  e.resize(size_t(w));
+  e.resize(size_t(blk.nr) * w);
   for (int r = 0; r < blk.nr; ++r) {
     double* row = P.data() + size_t(r) * w;
     const KeyRange kr = blk.range[r];
@@ -157,13 +158,32 @@ void lowp_probs(const Problem& pr, const Prec& prec, const RowBlock& blk,
     }
     // Softmax in fp32 over the visible keys.
     float sum = 0.f;
+    float* er = e.data() + size_t(r) * w;
     for (int x = x0; x <= x1; ++x) {
-      e[x] = std::exp(float(row[x]) - m);
-      sum += e[x];
+      er[x] = std::exp(float(row[x]) - m);
+      sum += er[x];
     }
-    for (int x = x0; x <= x1; ++x) row[x] = prec.p.round(double(e[x] / sum));
+    for (int x = x0; x <= x1; ++x) row[x] = prec.p.round(double(er[x] / sum));
     lse[r] = double(m + std::log(sum));
   }
+}
+
+// D = rowsum(dO * O) of one row, with O as a FlashAttention forward stores it: the exponentials
+// e rounded to the low precision, O = e V accumulated in fp32, divided by the fp32 sum of e,
+// stored in the low precision; the products summed in fp32 (modelled as the exact sum). e_row
+// and v_rows start at the same key. (Session 32: for a fp16 d192 row with two keys this
+// reproduced the kernel's dQ bit for bit, where the PyTorch form's O gave a different rounding.)
+double delta_from_output(const float* e_row, int x0, int x1, const double* v_rows, const double* do_row, int dv,
+                         const Prec& prec) {
+  float sum = 0.f;
+  for (int x = x0; x <= x1; ++x) sum += e_row[x];
+  double D = 0;
+  for (int c = 0; c < dv; ++c) {
+    double o = 0;
+    for (int x = x0; x <= x1; ++x) o += prec.p.round(double(e_row[x])) * v_rows[size_t(x) * dv + c];
+    D += do_row[c] * prec.o(f32(f32(o) / sum));
+  }
+  return D;
 }
 
 }  // namespace
@@ -187,7 +207,7 @@ FwdResult forward_lowp(const Problem& pr, const std::vector<double>& q0,
 
 BwdResult backward_lowp(const Problem& pr, const std::vector<double>& q0,
                         const std::vector<double>& k0, const std::vector<double>& v0,
-                        const std::vector<double>& dout0, DType dt) {
+                        const std::vector<double>& dout0, DType dt, LowpDelta delta) {
   pr.validate();
   check_size(q0, pr.q_size(), "q");
   check_size(k0, pr.k_size(), "k");
@@ -235,11 +255,13 @@ BwdResult backward_lowp(const Problem& pr, const std::vector<double>& q0,
             double* g = dX.data() + size_t(r) * w;
             const KeyRange kr = blk.range[r];
             const int x0 = kr.empty() ? 0 : kr.lo - blk.lo, x1 = kr.empty() ? -1 : kr.hi - blk.lo;
-            double D = 0;
+            double D = 0;  // PyTorch's softmax backward: rowsum(P * dP)
             for (int x = x0; x <= x1; ++x) {
               g[x] = prec.s(g[x]);  // dP stored
               D += pr_row[x] * g[x];
             }
+            if (delta == LowpDelta::kFromOutput) D = delta_from_output(e.data() + size_t(r) * w, x0, x1, kv.v.data() + size_t(blk.lo) * dv,
+                                                                  dob.data() + size_t(r) * dv, dv, prec);
             D = f32(D);
             std::fill(g, g + x0, 0.0);  // masked keys carry no gradient
             for (int x = x0; x <= x1; ++x) {

@@ -640,6 +640,33 @@ TEST(ReferenceLowp, BackwardErrorMagnitudes) {
   EXPECT_THROW(backward_lowp(p, t.q, t.k, t.v, t.dout, DType::kFloat8E4M3), std::invalid_argument);
 }
 
+// D from the stored O (LowpDelta::kFromOutput): with one key per row, P = 1 and dP - D cancels.
+// The PyTorch form (D = P * dP, the same stored dP) gives exactly 0 there, like the float64
+// reference; the FlashAttention form does not. With many keys both land near the reference.
+TEST(ReferenceLowp, BackwardDeltaFromOutput) {
+  const DType dt = DType::kBFloat16;
+  for (int keys : {1, 80}) {
+    const Problem p = dense_problem(1, 64, keys, 2, 2, 32);
+    const Tensors t = random_tensors(p, 211);
+    const std::vector<double> q = rounded(dt, t.q), k = rounded(dt, t.k), v = rounded(dt, t.v),
+                              dout = rounded(dt, t.dout);
+    const BwdResult ref = backward(p, q, k, v, dout);
+    const BwdResult torch_form = backward_lowp(p, q, k, v, dout, dt);
+    const BwdResult fa_form = backward_lowp(p, q, k, v, dout, dt, LowpDelta::kFromOutput);
+    EXPECT_EQ(fa_form.dv, torch_form.dv) << "D only enters dS";
+    if (keys == 1) {
+      for (double x : ref.dq) ASSERT_EQ(x, 0.0);
+      for (double x : torch_form.dq) ASSERT_EQ(x, 0.0);
+      double largest = 0;
+      for (double x : fa_form.dq) largest = std::max(largest, std::fabs(x));
+      EXPECT_GT(largest, 0.0);
+    } else {
+      EXPECT_LT(rel_err(fa_form.dq, ref.dq), 5e-2);
+      EXPECT_LT(rel_err(fa_form.dk, ref.dk), 5e-2);
+    }
+  }
+}
+
 // ---- The accuracy rule --------------------------------------------------------------------
 
 struct RuleFixture {
@@ -754,6 +781,16 @@ TEST(ReferenceAccuracy, LseRule) {
   const std::vector<double> big = {1.0e5 + 0.3, -2.0e6 + 0.7};
   EXPECT_TRUE(compare_lse(rounded(DType::kFloat32, big), big).ok);
   EXPECT_FALSE(compare_lse(rounded(DType::kFloat32, big), big, 1e-4, 0.0).ok);
+  // Soft-capping widens the absolute term by the cap's share of tanh.approx's error: an LSE
+  // 1.7e-4 off (session 32's sweep, softcap 30) passes with it, not without, and a shift of
+  // 0.05 (a dropped key block, say) still fails.
+  const std::vector<double> capped = {13.9, 15.7907706};
+  std::vector<double> off = {13.9, 15.7906036};
+  EXPECT_FALSE(compare_lse(off, capped).ok);
+  EXPECT_TRUE(compare_lse(off, capped, lse_abs_tol(30.0)).ok);
+  EXPECT_EQ(lse_abs_tol(0.0), 1e-4);
+  off[0] += 0.05;
+  EXPECT_FALSE(compare_lse(off, capped, lse_abs_tol(30.0)).ok);
 }
 
 }  // namespace

@@ -1,0 +1,86 @@
+// A random sweep over the option space of the forward and backward tests: the hand-picked
+// coverage lists name each feature once or twice, and this draws combinations of them (head dim,
+// dtype, GQA ratio, unequal and ragged lengths, causal and windowed masks, softcap, scale,
+// variable length with empty sequences, strided rows, deterministic mode) that nobody listed.
+// The draw is fixed by a seed, so a failure reproduces from the test's name; HOPATTN_SWEEP_SEED
+// and HOPATTN_SWEEP_CASES (environment) draw other or more cases for an exploratory run.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/attention_case.hpp"
+
+namespace hopattn::testing {
+
+enum class SweepDirection { kForward, kBackward };
+
+inline uint64_t sweep_env(const char* name, uint64_t fallback) {
+  const char* s = std::getenv(name);
+  return s && *s ? std::strtoull(s, nullptr, 10) : fallback;
+}
+
+// Sizes stay small enough for the float64 reference (one CPU thread) to take seconds per case.
+inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  auto length = [&](int hi) {  // short and block-edge lengths more often than uniform
+    switch (pick(0, 3)) {
+      case 0: return pick(1, 17);
+      case 1: return 64 * pick(1, hi / 64) + pick(-1, 1);
+      default: return pick(1, hi);
+    }
+  };
+  static const int kHeadDims[] = {64, 96, 128, 192, 256};
+  AttnCase c;
+  c.dtype = chance(0.5) ? DType::kBFloat16 : DType::kFloat16;
+  c.head_dim = kHeadDims[pick(0, 4)];
+  c.nheads_k = pick(1, 3);
+  c.nheads = c.nheads_k * (chance(0.5) ? 1 : pick(2, 4));  // MHA, or GQA / MQA groups
+  c.batch = pick(1, 2);
+  c.seqlen_q = std::max(1, length(384));
+  c.seqlen_k = chance(0.4) ? c.seqlen_q : std::max(1, length(384));
+  switch (pick(0, 3)) {  // mask
+    case 0: break;
+    case 1: c.causal = true; break;
+    case 2: c.causal = true; c.window_left = pick(0, 200); break;
+    default: c.window_left = chance(0.8) ? pick(0, 200) : -1; c.window_right = pick(0, 100); break;
+  }
+  if (chance(0.2)) c.softcap = float(pick(2, 50));
+  if (chance(0.15)) c.softmax_scale = 0.25f * float(pick(1, 4));
+  if (chance(0.25)) {  // variable length, empty and one-token sequences included
+    const int n = pick(1, 4);
+    for (int i = 0; i < n; ++i) {
+      c.varlen_q.push_back(chance(0.15) ? pick(0, 1) : length(320));
+      c.varlen_k.push_back(chance(0.15) ? pick(0, 1) : length(320));
+    }
+    // Empty sequences, not an empty batch.
+    if (std::accumulate(c.varlen_q.begin(), c.varlen_q.end(), 0) == 0) c.varlen_q[0] = 1;
+    if (std::accumulate(c.varlen_k.begin(), c.varlen_k.end(), 0) == 0) c.varlen_k[0] = 1;
+  } else if (chance(0.25)) {
+    c.row_pad = 8 * pick(1, 8);  // 16-byte aligned rows with gaps between them
+  }
+  if (dir == SweepDirection::kBackward && chance(0.2)) c.deterministic = true;
+  return c;
+}
+
+inline std::vector<AttnCase> random_cases(SweepDirection dir, uint64_t default_seed, int default_count) {
+  const uint64_t seed = sweep_env("HOPATTN_SWEEP_SEED", default_seed);
+  const int count = int(sweep_env("HOPATTN_SWEEP_CASES", uint64_t(default_count)));
+  std::mt19937_64 rng(seed + (dir == SweepDirection::kBackward ? 1 : 0));
+  std::vector<AttnCase> cases;
+  for (int i = 0; i < count; ++i) cases.push_back(random_case(rng, dir));
+  return cases;
+}
+
+// Test names: the draw's index first, as two draws may describe the same case.
+template <class Info>
+std::string sweep_case_name(const Info& info) {
+  return "r" + std::to_string(info.index) + "_" + info.param.name();
+}
+
+}  // namespace hopattn::testing

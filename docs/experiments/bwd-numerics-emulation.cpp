@@ -1,11 +1,14 @@
-// CPU emulation of the backward's arithmetic for one random-sweep case (session 32): the
-// forward as the kernel computes it (fp32 scores, unnormalised exponentials rounded to the input
-// dtype for P V, O divided by the fp32 sum and stored), D = rowsum(dO * O) from the stored O, P
-// recomputed from the fp32 LSE and rounded, dS rounded, dQ and dK summed in fp32 and stored.
+// CPU emulation of the backward's arithmetic for one random-sweep case (session 32), to first
+// order: the forward's scores and sums in fp32 (modelled as exact sums rounded once),
+// unnormalised exponentials rounded to the input dtype for P V, O normalised after P V and
+// stored, D = rowsum(dO * O) from the stored O, P recomputed from the fp32 LSE and rounded, dS
+// rounded, dQ and dK summed in fp32 and stored. (The kernel multiplies by 1/sum and uses exp2 of
+// fp32 scores; for this case the emulation still reproduces its dQ and dK bit for bit.)
 // Dense, causal, one head, no softcap or window: enough for the case it was written for,
 // fp16_d192_b2_q63_k2_h1x1_causal_det (seed 11, draw 129), whose dQ and dK it reproduces bit for
 // bit. It prints the emulation's and the two low-precision baselines' largest errors.
-// Build (after a CMake build of the tests in BUILD):
+// Build (after a CMake build of the tests in BUILD; GoogleTest's headers from the system, or add
+// -I.deps/googletest/googletest/include):
 //   g++ -O2 -std=c++17 -DHOPATTN_VERSION='"x"' -Itests -Iinclude -Ireference/include -Isrc \
 //     -I/usr/local/cuda/include docs/experiments/bwd-numerics-emulation.cpp src/api/types.cpp \
 //     BUILD/reference/libhopattn_reference.a -o /tmp/emu && /tmp/emu 11 129

@@ -168,13 +168,13 @@ void lowp_probs(const Problem& pr, const Prec& prec, const RowBlock& blk,
   }
 }
 
-// D = rowsum(dO * O) of one row, with O as a FlashAttention forward stores it: the exponentials
-// e rounded to the low precision, O = e V accumulated in fp32, divided by the fp32 sum of e,
-// stored in the low precision; the products summed in fp32 (modelled as the exact sum). e_row
-// and v_rows start at the same key. (Session 32: for a fp16 d192 row with two keys this
-// reproduced the kernel's dQ bit for bit, where the PyTorch form's O gave a different rounding.)
-double delta_from_output(const float* e_row, int x0, int x1, const double* v_rows, const double* do_row, int dv,
-                         const Prec& prec) {
+// D = rowsum(dO * O) of one row whose keys are [x0, x1] (not empty), with O normalised the way
+// a FlashAttention forward does it: the exponentials e rounded to the low precision, O = e V
+// accumulated in fp32 and normalised by the fp32 sum of e only then, stored in the low
+// precision; the products summed in fp32 (modelled as the exact sum). e_row and v_rows start at
+// the same key.
+double delta_from_output(const float* e_row, int x0, int x1, const double* v_rows, const double* do_row,
+                         int dv, const Prec& prec) {
   float sum = 0.f;
   for (int x = x0; x <= x1; ++x) sum += e_row[x];
   double D = 0;
@@ -260,8 +260,10 @@ BwdResult backward_lowp(const Problem& pr, const std::vector<double>& q0,
               g[x] = prec.s(g[x]);  // dP stored
               D += pr_row[x] * g[x];
             }
-            if (delta == LowpDelta::kFromOutput) D = delta_from_output(e.data() + size_t(r) * w, x0, x1, kv.v.data() + size_t(blk.lo) * dv,
-                                                                  dob.data() + size_t(r) * dv, dv, prec);
+            if (delta == LowpDelta::kFromOutput && !kr.empty()) {
+              D = delta_from_output(e.data() + size_t(r) * w, x0, x1, kv.v.data() + size_t(blk.lo) * dv,
+                                    dob.data() + size_t(r) * dv, dv, prec);
+            }
             D = f32(D);
             std::fill(g, g + x0, 0.0);  // masked keys carry no gradient
             for (int x = x0; x <= x1; ++x) {

@@ -2,8 +2,10 @@
 // coverage lists name each feature once or twice, and this draws combinations of them (head dim,
 // dtype, GQA ratio, unequal and ragged lengths, causal and windowed masks, softcap, scale,
 // variable length with empty sequences, strided rows, deterministic mode) that nobody listed.
-// The draw is fixed by a seed, so a failure reproduces from the test's name; HOPATTN_SWEEP_SEED
-// and HOPATTN_SWEEP_CASES (environment) draw other or more cases for an exploratory run.
+// The draw is fixed by a seed (for one standard library: the distributions are its own), so a
+// failure reproduces from the test's name; HOPATTN_SWEEP_SEED and HOPATTN_SWEEP_CASES
+// (environment) draw other or more cases for an exploratory run of the test binary itself
+// (CTest lists the tests' names when it builds them, so under CTest they must stay unset).
 #pragma once
 
 #include <cstdint>
@@ -19,9 +21,13 @@ namespace hopattn::testing {
 
 enum class SweepDirection { kForward, kBackward };
 
+// A decimal number from the environment, or the fallback when unset or not a number.
 inline uint64_t sweep_env(const char* name, uint64_t fallback) {
   const char* s = std::getenv(name);
-  return s && *s ? std::strtoull(s, nullptr, 10) : fallback;
+  if (!s || *s < '0' || *s > '9') return fallback;
+  char* end = nullptr;
+  const uint64_t v = std::strtoull(s, &end, 10);
+  return *end == '\0' ? v : fallback;
 }
 
 // Sizes stay small enough for the float64 reference (one CPU thread) to take seconds per case.
@@ -31,7 +37,10 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
   auto length = [&](int hi) {  // short and block-edge lengths more often than uniform
     switch (pick(0, 3)) {
       case 0: return pick(1, 17);
-      case 1: return 64 * pick(1, hi / 64) + pick(-1, 1);
+      case 1: {  // one draw per statement: the order of a sum's operands is unspecified
+        const int blocks = pick(1, hi / 64);
+        return 64 * blocks + pick(-1, 1);
+      }
       default: return pick(1, hi);
     }
   };
@@ -42,8 +51,8 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
   c.nheads_k = pick(1, 3);
   c.nheads = c.nheads_k * (chance(0.5) ? 1 : pick(2, 4));  // MHA, or GQA / MQA groups
   c.batch = pick(1, 2);
-  c.seqlen_q = std::max(1, length(384));
-  c.seqlen_k = chance(0.4) ? c.seqlen_q : std::max(1, length(384));
+  c.seqlen_q = length(384);
+  c.seqlen_k = chance(0.4) ? c.seqlen_q : length(384);
   switch (pick(0, 3)) {  // mask
     case 0: break;
     case 1: c.causal = true; break;
@@ -71,7 +80,7 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
 inline std::vector<AttnCase> random_cases(SweepDirection dir, uint64_t default_seed, int default_count) {
   const uint64_t seed = sweep_env("HOPATTN_SWEEP_SEED", default_seed);
   const int count = int(sweep_env("HOPATTN_SWEEP_CASES", uint64_t(default_count)));
-  std::mt19937_64 rng(seed + (dir == SweepDirection::kBackward ? 1 : 0));
+  std::mt19937_64 rng(seed + (dir == SweepDirection::kBackward ? 1 : 0));  // the two suites draw apart
   std::vector<AttnCase> cases;
   for (int i = 0; i < count; ++i) cases.push_back(random_case(rng, dir));
   return cases;

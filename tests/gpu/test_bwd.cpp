@@ -3,8 +3,8 @@
 // variable length with empty sequences, non-contiguous strides, deterministic mode. The forward
 // inputs (out, lse) come from our own forward kernel, as in training. Gradients are poisoned
 // before each run and must meet the shared accuracy rule (2x the error of the naive backward in
-// the input dtype, in either of its two forms of D: ref::LowpDelta); dK and dV are always reproducible bit for bit, dQ too in deterministic mode
-// (checked over 10 runs).
+// the input dtype, in either of its two forms of D: ref::LowpDelta); dK and dV are always
+// reproducible bit for bit, dQ too in deterministic mode (checked over 10 runs).
 #include <gtest/gtest.h>
 
 #include <string>

@@ -63,7 +63,11 @@ Comparison compare(const std::vector<double>& kernel, const std::vector<double>&
   return c;
 }
 
-double lse_abs_tol(double softcap) { return 1e-4 + (softcap > 0 ? std::ldexp(softcap, -10) : 0.0); }
+double lse_abs_tol(double softcap, int head_dim, double score_l1) {
+  const double capped = softcap > 0 ? std::ldexp(softcap, -10) : 0.0;
+  const double accumulated = head_dim > 0 ? (head_dim / 16 + 1) * std::ldexp(score_l1, -22) : 0.0;
+  return 1e-4 + capped + accumulated;
+}
 
 Comparison compare_lse(const std::vector<double>& kernel, const std::vector<double>& ref,
                        double abs_tol, double ulps) {

@@ -132,6 +132,24 @@ KeyRange visible_keys(const Problem& p, int b, int i) {
   return r;
 }
 
+double max_score_l1(const Problem& p, const std::vector<double>& q, const std::vector<double>& k) {
+  const int D = p.head_dim, H = p.nheads, Hk = p.nheads_k, group = H / Hk;
+  double best = 0;
+  for (int b = 0; b < p.batch; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < p.seqlen_q(b); ++i) {
+        const KeyRange kr = visible_keys(p, b, i);
+        const double* qi = &q[(size_t(p.cu_seqlens_q[b] + i) * H + h) * D];
+        for (int j = kr.lo; j <= kr.hi; ++j) {
+          const double* kj = &k[(size_t(p.cu_seqlens_k[b] + j) * Hk + h / group) * D];
+          double a = 0;
+          for (int d = 0; d < D; ++d) a += std::fabs(qi[d] * kj[d]);
+          best = std::max(best, a);
+        }
+      }
+  return best * std::fabs(p.scale());
+}
+
 namespace {
 
 using detail::check_size;

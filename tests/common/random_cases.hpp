@@ -1,7 +1,10 @@
-// A random sweep over the option space of the forward and backward tests: the hand-picked
-// coverage lists name each feature once or twice, and this draws combinations of them (head dim,
-// dtype, GQA ratio, unequal and ragged lengths, causal and windowed masks, softcap, scale,
-// variable length with empty sequences, strided rows, deterministic mode) that nobody listed.
+// A random sweep over the option space of the forward, backward and FP8 forward tests: the
+// hand-picked coverage lists name each feature once or twice, and this draws combinations of them
+// (head dim, dtype, GQA ratio, unequal and ragged lengths, causal and windowed masks, softcap,
+// scale, variable length with empty sequences, strided rows, deterministic mode; for the forward
+// also few persistent CTAs, each running many tiles, and keys scaled up so that late key blocks
+// lift the kept row offsets) that nobody listed. The FP8 suite draws its descale options on top
+// (test_fwd_fp8.cpp).
 // The draw is fixed by a seed (for one standard library: the distributions are its own), so a
 // failure reproduces from the test's name; HOPATTN_SWEEP_SEED and HOPATTN_SWEEP_CASES
 // (environment) draw other or more cases for an exploratory run of the test binary itself
@@ -19,7 +22,7 @@
 
 namespace hopattn::testing {
 
-enum class SweepDirection { kForward, kBackward };
+enum class SweepDirection { kForward, kBackward, kForwardFp8 };
 
 // A decimal number from the environment, or the fallback when unset or not a number.
 inline uint64_t sweep_env(const char* name, uint64_t fallback) {
@@ -45,9 +48,15 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
     }
   };
   static const int kHeadDims[] = {64, 96, 128, 192, 256};
+  static const int kFp8HeadDims[] = {64, 128, 256};
+  const bool fp8 = dir == SweepDirection::kForwardFp8;
   AttnCase c;
   c.dtype = chance(0.5) ? DType::kBFloat16 : DType::kFloat16;
   c.head_dim = kHeadDims[pick(0, 4)];
+  if (fp8) {  // the same number of draws as above, so that the rest of the case draws alike
+    c.dtype = DType::kFloat8E4M3;
+    c.head_dim = kFp8HeadDims[pick(0, 2)];
+  }
   c.nheads_k = pick(1, 3);
   c.nheads = c.nheads_k * (chance(0.5) ? 1 : pick(2, 4));  // MHA, or GQA / MQA groups
   c.batch = pick(1, 2);
@@ -71,16 +80,27 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
     if (std::accumulate(c.varlen_q.begin(), c.varlen_q.end(), 0) == 0) c.varlen_q[0] = 1;
     if (std::accumulate(c.varlen_k.begin(), c.varlen_k.end(), 0) == 0) c.varlen_k[0] = 1;
   } else if (chance(0.25)) {
-    c.row_pad = 8 * pick(1, 8);  // 16-byte aligned rows with gaps between them
+    c.row_pad = (fp8 ? 16 : 8) * pick(1, 8);  // 16-byte aligned rows (TMA) with gaps between them
   }
-  if (dir == SweepDirection::kBackward && chance(0.2)) c.deterministic = true;
+  if (dir == SweepDirection::kBackward) {
+    if (chance(0.2)) c.deterministic = true;
+  } else {
+    // Few CTAs for the problem's tiles: state carried from tile to tile in a persistent CTA.
+    if (chance(0.2)) c.max_ctas = pick(1, 4);
+    // The first gain_keys keys of each sequence scaled up (the forward walks key blocks last to
+    // first): row offsets lifted late, by 2^8 and more, or exps overflowing (recompute path).
+    if (chance(0.15)) {
+      c.gain_keys = pick(1, 320);
+      c.key_gain = chance(0.5) ? 4.f : 64.f;
+    }
+  }
   return c;
 }
 
 inline std::vector<AttnCase> random_cases(SweepDirection dir, uint64_t default_seed, int default_count) {
   const uint64_t seed = sweep_env("HOPATTN_SWEEP_SEED", default_seed);
   const int count = int(sweep_env("HOPATTN_SWEEP_CASES", uint64_t(default_count)));
-  std::mt19937_64 rng(seed + (dir == SweepDirection::kBackward ? 1 : 0));  // the two suites draw apart
+  std::mt19937_64 rng(seed + uint64_t(dir));  // the suites draw apart
   std::vector<AttnCase> cases;
   for (int i = 0; i < count; ++i) cases.push_back(random_case(rng, dir));
   return cases;

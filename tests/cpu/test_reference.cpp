@@ -795,6 +795,31 @@ TEST(ReferenceAccuracy, LseRule) {
   EXPECT_EQ(lse_abs_tol(0.0), 1e-4);
   off[0] += 0.05;
   EXPECT_FALSE(compare_lse(off, capped, lse_abs_tol(30.0)).ok);
+  // Large scores widen it by the tensor cores' accumulation error: (d / 16 + 1) * 2^-22 of the
+  // scores' L1 magnitude. Session 33's sweep: an fp16 d256 LSE 1.24e-3 off at 1991 (keys x 64)
+  // passes with it, not without, and the same shift of 0.05 still fails.
+  EXPECT_EQ(lse_abs_tol(0.0, 256, 0.0), 1e-4);
+  EXPECT_EQ(lse_abs_tol(0.0, 0, 2000.0), 1e-4);
+  EXPECT_DOUBLE_EQ(lse_abs_tol(0.0, 256, 2000.0), 1e-4 + 17 * 2000.0 * 0x1p-22);
+  const std::vector<double> large = {1991.31472};
+  std::vector<double> large_off = {1991.31348};
+  EXPECT_FALSE(compare_lse(large_off, large).ok);
+  EXPECT_TRUE(compare_lse(large_off, large, lse_abs_tol(0.0, 256, 2000.0)).ok);
+  large_off[0] += 0.05;
+  EXPECT_FALSE(compare_lse(large_off, large, lse_abs_tol(0.0, 256, 2000.0)).ok);
+}
+
+// max_score_l1 takes the largest scale * sum_d |q_d k_d| over the keys each row sees: here row 0's
+// product with key 1 (|10 * -5| = 50) counts only without the causal mask.
+TEST(ReferenceAccuracy, MaxScoreL1FollowsTheMask) {
+  Problem p = dense_problem(1, 2, 2, 1, 1, 2);
+  p.softmax_scale = 0.5;
+  const std::vector<double> q = {10, 0, 1, 1}, k = {1, 1, -5, 2};
+  EXPECT_DOUBLE_EQ(max_score_l1(p, q, k), 25.0);
+  p.mask.causal = true;
+  EXPECT_DOUBLE_EQ(max_score_l1(p, q, k), 5.0);  // row 0: key 0 only (10); row 1: 2 and 7
+  p.softmax_scale = -0.5;                           // the magnitude counts
+  EXPECT_DOUBLE_EQ(max_score_l1(p, q, k), 5.0);
 }
 
 }  // namespace

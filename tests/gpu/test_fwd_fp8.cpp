@@ -12,11 +12,14 @@
 //                    + 1e-3 sum_j p_j |v_jc| / l + 1e-5                  (score error, exp2.approx)
 // which this test checks for every output element; the "1e-3" is in fact the score error below.
 // FP8 WGMMA does not accumulate in full fp32: Hopper's FP8 tensor cores keep about 14 bits of
-// the running sum, so S = Q K^T errs by up to about 2^-13 of sum_d |q_d k_d| (measured: LSE
-// errors of 1e-4 to 5e-4 at d = 128). Row i's score error is bounded by
-//   s_err_i = 2^-12 * scale * max_j sum_d |q_id k_jd|
-// which enters O as s_err_i * sum_j p_j |v_jc| / l (relative error of each p_j) and LSE
-// directly. Outputs are poisoned before each run and two runs must give the same bits.
+// the running sum, so each of the d / 32 k-slices of S = Q K^T that adds into the accumulator
+// may drop up to 2^-13 of the running sum, at most sum_d |q_d k_d| (measured: LSE errors of 1e-4
+// to 5e-4 at d = 128). Row i's score error is bounded by
+//   s_err_i = (d / 32) * 2^-13 * scale * max_j sum_d |q_id k_jd|
+// (2^-12 at d = 64, 2^-10 at d = 256, where session 33's random sweep measured an LSE 0.016 off,
+// beyond the 2^-12 this bound used at every head dim before), which enters O as
+// s_err_i * sum_j p_j |v_jc| / l (relative error of each p_j) and LSE directly. Outputs are
+// poisoned before each run and two runs must give the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -26,6 +29,7 @@
 
 #include "common/attention_case.hpp"
 #include "common/gpu_harness.hpp"
+#include "common/random_cases.hpp"
 #include "hopattn_ref/accuracy.hpp"
 #include "hopattn_ref/numeric.hpp"
 #include "hopattn_ref/reference.hpp"
@@ -133,7 +137,7 @@ std::vector<double> fp8_bound(const ref::Problem& prob, const std::vector<double
           p[j - kr.lo] = s;
           m = std::max(m, s);
         }
-        const double s_err = 0x1p-12 * prob.scale() * abs_dot;
+        const double s_err = (D / 32) * 0x1p-13 * prob.scale() * abs_dot;
         max_s_err = std::max(max_s_err, s_err);
         double l = 0;
         for (double& x : p) l += (x = std::exp(x - m));
@@ -254,7 +258,7 @@ TEST_P(Fp8FwdTest, WithinE4m3RoundingBound) {
   EXPECT_EQ(bad, 0u) << bad << " of " << out.size() << " outputs outside the e4m3 bound; worst at " << worst
                      << ": kernel " << out[worst] << " ref " << want.out[worst] << " bound " << bound[worst];
   const auto want_lse = c.varlen() ? want.lse : ref::lse_packed_to_dense(prob, want.lse);
-  const auto cmp_lse = ref::compare_lse(lse, want_lse, 1e-4 + max_s_err);
+  const auto cmp_lse = ref::compare_lse(lse, want_lse, ref::lse_abs_tol(c.softcap) + max_s_err);
   EXPECT_TRUE(cmp_lse.ok) << "lse: " << cmp_lse.describe();
   // The bound must not be vacuous: typical errors sit well inside it.
   EXPECT_LT(worst_ratio, 1.0);
@@ -345,6 +349,28 @@ std::vector<Fp8Case> coverage() {
 
 INSTANTIATE_TEST_SUITE_P(Coverage, Fp8FwdTest, ::testing::ValuesIn(coverage()),
                          [](const ::testing::TestParamInfo<Fp8Case>& info) { return info.param.name(); });
+
+// The random sweep's FP8 draws (common/random_cases.hpp), with descale options drawn on top from
+// a generator of their own: per-tensor descales only, Q blocks of any row count, K/V blocks of one
+// or two key tiles (the planner's rule), and fp16 output.
+std::vector<Fp8Case> random_fp8_cases(uint64_t default_seed, int default_count) {
+  std::mt19937_64 rng(sweep_env("HOPATTN_SWEEP_SEED", default_seed) + 100);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  std::vector<Fp8Case> cases;
+  for (const AttnCase& a : random_cases(SweepDirection::kForwardFp8, default_seed, default_count)) {
+    Fp8Case c;
+    c.a = a;
+    if (chance(0.3)) c.q_block_rows = pick(1, 256);
+    if (chance(0.3)) c.kv_block_rows = 128 * pick(1, 2);
+    c.out_fp16 = chance(0.3);
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(RandomSweep, Fp8FwdTest, ::testing::ValuesIn(random_fp8_cases(32, 24)),
+                         [](const ::testing::TestParamInfo<Fp8Case>& info) { return sweep_case_name(info); });
 
 // A K/V scale block must cover whole key tiles; the planner says which multiple it needs.
 TEST(Fp8FwdValidation, KvBlockRowsMustBeAWholeNumberOfKeyTiles) {

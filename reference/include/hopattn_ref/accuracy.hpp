@@ -57,6 +57,16 @@ Comparison compare_lse(const std::vector<double>& kernel, const std::vector<doub
 // The term is softcap * 2^-10: the instruction's bound with room for the fp32 products around
 // it. It is a worst case (0.03 at softcap 30), so with softcap the LSE check no longer sees a
 // dropped block holding less than that share of a row's mass; the output check still does.
-double lse_abs_tol(double softcap);
+//
+// With the head dim and score_l1 (max_score_l1: the largest scale * sum_d |q_d k_d| of a row and
+// a key it sees), a third term covers the tensor cores' FP32 accumulation of Q K^T where the
+// scores are large: each of the d / 16 k-slices of a 16-bit WGMMA adds into the accumulator,
+// which rounds toward zero (up to 2^-23 of the running sum, at most score_l1 in scaled units),
+// and counting 2 such roundings per slice and one slice more for the scaling and the max
+// subtraction after it gives (d / 16 + 1) * 2^-22 * score_l1. For unit-variance inputs that is
+// 2e-5 at d = 128 and 6e-5 at d = 256, below the 1e-4 above; with keys scaled by 64 (LSE near
+// 2000) it reaches 0.01, where the kernels measured 1.2e-3 to 1.6e-3 (session 33's random sweep:
+// 10-13 float32 ulps of the LSE, which the 8-ulp term alone did not cover).
+double lse_abs_tol(double softcap, int head_dim = 0, double score_l1 = 0);
 
 }  // namespace hopattn::ref

@@ -72,6 +72,11 @@ struct KeyRange {
 };
 KeyRange visible_keys(const Problem& p, int b, int i);
 
+// The largest scale * sum_d |q_d k_d| over every query row and the keys it sees: the magnitude
+// a kernel's running sums of Q K^T pass through, which sizes their rounding error (accuracy.hpp,
+// lse_abs_tol). 0 when no row sees a key.
+double max_score_l1(const Problem& p, const std::vector<double>& q, const std::vector<double>& k);
+
 struct FwdResult {
   std::vector<double> out, lse;
 };

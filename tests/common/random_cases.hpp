@@ -53,7 +53,7 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
   AttnCase c;
   c.dtype = chance(0.5) ? DType::kBFloat16 : DType::kFloat16;
   c.head_dim = kHeadDims[pick(0, 4)];
-  if (fp8) {  // the same number of draws as above, so that the rest of the case draws alike
+  if (fp8) {  // e4m3 and its head dims instead (the two draws above are discarded)
     c.dtype = DType::kFloat8E4M3;
     c.head_dim = kFp8HeadDims[pick(0, 2)];
   }
@@ -100,7 +100,8 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
 inline std::vector<AttnCase> random_cases(SweepDirection dir, uint64_t default_seed, int default_count) {
   const uint64_t seed = sweep_env("HOPATTN_SWEEP_SEED", default_seed);
   const int count = int(sweep_env("HOPATTN_SWEEP_CASES", uint64_t(default_count)));
-  std::mt19937_64 rng(seed + uint64_t(dir));  // the suites draw apart
+  // The suites draw apart at one seed; suite d at seed s shares its stream with suite 0 at s + d.
+  std::mt19937_64 rng(seed + uint64_t(dir));
   std::vector<AttnCase> cases;
   for (int i = 0; i < count; ++i) cases.push_back(random_case(rng, dir));
   return cases;

@@ -76,6 +76,13 @@ typedef struct hopattn_bwd_params {
   int32_t deterministic;
 } hopattn_bwd_params;
 
+/* Split-KV combine (hopattn::CombineParams): out_partial (num_splits, batch * seqlen, nheads,
+   head_dim) and lse_partial (num_splits, batch, nheads, seqlen) float32; out (batch, seqlen,
+   nheads, head_dim) float32 / bf16 / fp16; lse (batch, nheads, seqlen) float32 or not given. */
+typedef struct hopattn_combine_params {
+  hopattn_tensor out_partial, lse_partial, out, lse;
+} hopattn_combine_params;
+
 /* Fills *p with the defaults of the C++ structs (no tensors, window -1, num_splits 1). */
 void hopattn_fwd_params_init(hopattn_fwd_params* p);
 void hopattn_bwd_params_init(hopattn_bwd_params* p);
@@ -88,6 +95,8 @@ hopattn_status hopattn_fwd(const hopattn_fwd_params* p, void* workspace, size_t 
                            cudaStream_t stream);
 hopattn_status hopattn_bwd(const hopattn_bwd_params* p, void* workspace, size_t workspace_bytes,
                            cudaStream_t stream);
+/* Needs no workspace. */
+hopattn_status hopattn_combine(const hopattn_combine_params* p, cudaStream_t stream);
 
 const char* hopattn_last_error(void);
 const char* hopattn_version(void);

@@ -130,10 +130,17 @@ struct BwdParams {
   BwdTuning tuning;
 };
 
-// Merges the partial results of split-KV attention:
-//   out_partial: (num_splits, batch, seqlen, nheads, head_dim) float32
-//   lse_partial: (num_splits, batch, nheads, seqlen) float32
-//   out: (batch, seqlen, nheads, head_dim) fp16/bf16/fp32, lse (batch, nheads, seqlen) optional.
+// Merges attention results computed over disjoint key ranges ("splits": split-KV decoding, or
+// the blocks of ring / context-parallel attention) into the result over all of their keys:
+//   lse = log sum_i exp(lse_i),  out = sum_i exp(lse_i - lse) * out_i.
+//   out_partial: (num_splits, batch * seqlen, nheads, head_dim) float32 (batch and seqlen in one
+//                dim, row b * seqlen + s: a TensorView holds four dims; PyTorch callers pass
+//                (num_splits, batch, seqlen, nheads, head_dim) to hopattn.flash_attn_combine)
+//   lse_partial: (num_splits, batch, nheads, seqlen) float32; -inf where a split saw no key of
+//                the row (that split's out_partial values are then never read)
+//   out: (batch, seqlen, nheads, head_dim) float32, bf16 or fp16
+//   lse: (batch, nheads, seqlen) float32, optional.
+// Any strides; rows no split saw get out = 0 and lse = -inf. No workspace.
 struct CombineParams {
   TensorView out_partial, lse_partial;
   TensorView out, lse;

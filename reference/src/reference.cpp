@@ -132,6 +132,38 @@ KeyRange visible_keys(const Problem& p, int b, int i) {
   return r;
 }
 
+FwdResult combine(const std::vector<FwdResult>& splits, int nheads) {
+  if (splits.empty() || nheads <= 0) throw std::invalid_argument("combine: needs at least one split and one head");
+  const size_t rows_heads = splits[0].lse.size();
+  const size_t rows = rows_heads / size_t(nheads);
+  if (rows_heads % size_t(nheads) != 0) throw std::invalid_argument("combine: lse size is not nheads * total_q");
+  const size_t dv = rows == 0 ? 0 : splits[0].out.size() / rows_heads;
+  for (const FwdResult& s : splits)
+    if (s.lse.size() != rows_heads || s.out.size() != rows_heads * dv)
+      throw std::invalid_argument("combine: the splits' shapes differ");
+  FwdResult r;
+  r.out.assign(rows_heads * dv, 0.0);
+  r.lse.assign(rows_heads, -std::numeric_limits<double>::infinity());
+  for (int h = 0; h < nheads; ++h)
+    for (size_t row = 0; row < rows; ++row) {
+      const size_t l = size_t(h) * rows + row;  // lse (nheads, total_q)
+      double m = -std::numeric_limits<double>::infinity();
+      for (const FwdResult& s : splits) m = std::max(m, s.lse[l]);
+      if (m == -std::numeric_limits<double>::infinity()) continue;
+      double sum = 0;
+      for (const FwdResult& s : splits) sum += std::exp(s.lse[l] - m);
+      r.lse[l] = m + std::log(sum);
+      double* o = &r.out[(row * size_t(nheads) + size_t(h)) * dv];
+      for (const FwdResult& s : splits) {
+        if (s.lse[l] == -std::numeric_limits<double>::infinity()) continue;
+        const double w = std::exp(s.lse[l] - r.lse[l]);
+        const double* x = &s.out[(row * size_t(nheads) + size_t(h)) * dv];
+        for (size_t d = 0; d < dv; ++d) o[d] += w * x[d];
+      }
+    }
+  return r;
+}
+
 double max_score_l1(const Problem& p, const std::vector<double>& q, const std::vector<double>& k) {
   const int D = p.head_dim, H = p.nheads, Hk = p.nheads_k, group = H / Hk;
   double best = 0;

@@ -146,6 +146,18 @@ hopattn_status hopattn_bwd(const hopattn_bwd_params* p, void* workspace, size_t 
   return guarded([&] { hopattn::bwd(to_cpp(*p), workspace, workspace_bytes, stream); });
 }
 
+hopattn_status hopattn_combine(const hopattn_combine_params* p, cudaStream_t stream) {
+  if (hopattn_status s = null_params(p)) return s;
+  return guarded([&] {
+    hopattn::CombineParams c;
+    c.out_partial = to_view(p->out_partial);
+    c.lse_partial = to_view(p->lse_partial);
+    c.out = to_view(p->out);
+    c.lse = to_view(p->lse);
+    hopattn::combine(c, stream);
+  });
+}
+
 const char* hopattn_last_error(void) { return g_last_error.c_str(); }
 
 const char* hopattn_version(void) { return hopattn::version(); }

@@ -270,17 +270,6 @@ void run_bwd(const Plan& plan, const BwdParams& p, void* workspace, size_t works
   HOPATTN_CUDA_CHECK(cudaGetLastError());
 }
 
-Plan plan_combine(const CombineParams& p, const DeviceInfo& dev) {
-  detail::validate_combine(p, dev);
-  return Plan{};
-}
-
-void run_combine(const Plan& plan, const CombineParams& p, cudaStream_t) {
-  DeviceInfo dev = plan.device;
-  dev.queried = false;
-  detail::validate_combine(p, dev);
-}
-
 void fwd(const FwdParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const Plan plan = plan_fwd(p, query_device());
   run_fwd(plan, p, workspace, workspace_bytes, stream);
@@ -289,11 +278,6 @@ void fwd(const FwdParams& p, void* workspace, size_t workspace_bytes, cudaStream
 void bwd(const BwdParams& p, void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   const Plan plan = plan_bwd(p, query_device());
   run_bwd(plan, p, workspace, workspace_bytes, stream);
-}
-
-void combine(const CombineParams& p, cudaStream_t stream) {
-  const Plan plan = plan_combine(p, query_device());
-  run_combine(plan, p, stream);
 }
 
 }  // namespace hopattn

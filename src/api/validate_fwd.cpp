@@ -99,12 +99,4 @@ FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev) {
   return prob;
 }
 
-void validate_combine(const CombineParams& p, const DeviceInfo& dev) {
-  check_device(dev);
-  require_defined(p.out_partial, "out_partial");
-  require_defined(p.lse_partial, "lse_partial");
-  require_defined(p.out, "out");
-  not_supported("out_partial", "combining split-KV partial results");
-}
-
 }  // namespace hopattn::detail

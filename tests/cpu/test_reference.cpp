@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <limits>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "hopattn_ref/accuracy.hpp"
@@ -807,6 +808,46 @@ TEST(ReferenceAccuracy, LseRule) {
   EXPECT_TRUE(compare_lse(large_off, large, lse_abs_tol(0.0, 256, 2000.0)).ok);
   large_off[0] += 0.05;
   EXPECT_FALSE(compare_lse(large_off, large, lse_abs_tol(0.0, 256, 2000.0)).ok);
+}
+
+// combine() merges results over disjoint key ranges into the result over all of them: three
+// splits of 37 keys (one of them empty, its output NaN, which must never be read) against the
+// forward over all keys, with GQA; and a row that no split saw.
+TEST(ReferenceCombine, SplitsMergeIntoTheFullForward) {
+  const int B = 2, Sq = 5, Sk = 37, H = 4, Hk = 2, D = 16;
+  const Problem full = dense_problem(B, Sq, Sk, H, Hk, D);
+  const Tensors t = random_tensors(full, 41);
+  const FwdResult want = forward(full, t.q, t.k, t.v);
+  std::vector<FwdResult> splits;
+  for (auto [lo, hi] : {std::pair{0, 10}, std::pair{10, 10}, std::pair{10, Sk}}) {
+    if (lo == hi) {
+      FwdResult empty;
+      empty.out.assign(want.out.size(), std::numeric_limits<double>::quiet_NaN());
+      empty.lse.assign(want.lse.size(), -kInf);
+      splits.push_back(empty);
+      continue;
+    }
+    const Problem part = dense_problem(B, Sq, hi - lo, H, Hk, D);
+    std::vector<double> k, v;
+    for (int b = 0; b < B; ++b)
+      for (int j = lo; j < hi; ++j) {
+        const size_t at = (size_t(b) * Sk + j) * Hk * D;
+        k.insert(k.end(), t.k.begin() + at, t.k.begin() + at + Hk * D);
+        v.insert(v.end(), t.v.begin() + at, t.v.begin() + at + Hk * D);
+      }
+    splits.push_back(forward(part, t.q, k, v));
+  }
+  const FwdResult got = combine(splits, H);
+  ASSERT_EQ(got.out.size(), want.out.size());
+  ASSERT_EQ(got.lse.size(), want.lse.size());
+  for (size_t i = 0; i < want.out.size(); ++i) EXPECT_NEAR(got.out[i], want.out[i], 1e-12) << i;
+  for (size_t i = 0; i < want.lse.size(); ++i) EXPECT_NEAR(got.lse[i], want.lse[i], 1e-12) << i;
+
+  // Only empty splits: out 0, lse -inf.
+  const FwdResult none = combine({splits[1], splits[1]}, H);
+  for (double x : none.out) EXPECT_EQ(x, 0.0);
+  for (double x : none.lse) EXPECT_EQ(x, -kInf);
+  EXPECT_THROW(combine({}, H), std::invalid_argument);
 }
 
 // max_score_l1 takes the largest scale * sum_d |q_d k_d| over the keys each row sees: here row 0's

@@ -552,6 +552,103 @@ TEST(BwdValidation, EveryHeadDimHasABackwardKernel) {
   }
 }
 
+// ---- combine ------------------------------------------------------------------------------------
+
+struct CombineFixture : ::testing::Test {
+  Arena arena;
+  CombineParams p;
+  void SetUp() override {
+    p.out_partial = arena.tensor(DType::kFloat32, {3, 2 * 16, 4, 128});  // (splits, batch * seqlen, heads, d)
+    p.lse_partial = arena.tensor(DType::kFloat32, {3, 2, 4, 16});
+    p.out = arena.tensor(DType::kBFloat16, {2, 16, 4, 128});
+    p.lse = arena.tensor(DType::kFloat32, {2, 4, 16});
+  }
+  void expect_error(const std::string& arg, const std::string& fragment) {
+    try {
+      plan_combine(p, fake_hopper());
+      FAIL() << "expected an error about " << arg;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+      EXPECT_EQ(e.argument(), arg) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  }
+};
+
+TEST_F(CombineFixture, ValidCallsPlan) {
+  EXPECT_EQ(plan_combine(p, fake_hopper()).kernel, "combine");
+  p.lse = TensorView{};  // lse is optional
+  p.out = arena.tensor(DType::kFloat32, {2, 16, 4, 128});
+  EXPECT_EQ(plan_combine(p, fake_hopper()).workspace_bytes, 0u);
+  p.out.stride = {16 * 4 * 256, 4 * 256, 256, 1};  // strided rows (the view is never read here)
+  EXPECT_NO_THROW(plan_combine(p, fake_hopper()));
+}
+
+TEST_F(CombineFixture, Dtypes) {
+  p.out_partial.dtype = DType::kBFloat16;
+  expect_error("out_partial", "dtype");
+  SetUp();
+  p.lse_partial.dtype = DType::kFloat16;
+  expect_error("lse_partial", "dtype");
+  SetUp();
+  p.out.dtype = DType::kFloat8E4M3;
+  expect_error("out", "dtype");
+  SetUp();
+  p.lse.dtype = DType::kBFloat16;
+  expect_error("lse", "dtype");
+}
+
+TEST_F(CombineFixture, Shapes) {
+  p.lse_partial = arena.tensor(DType::kFloat32, {2, 2, 4, 16});  // 2 splits against 3
+  expect_error("lse_partial", "num_splits");
+  SetUp();
+  p.out = arena.tensor(DType::kBFloat16, {2, 15, 4, 128});  // 30 rows against 32
+  expect_error("out_partial", "batch * seqlen");
+  SetUp();
+  p.out = arena.tensor(DType::kBFloat16, {2, 16, 4, 64});
+  expect_error("out", "head_dim");
+  SetUp();
+  p.lse = arena.tensor(DType::kFloat32, {2, 16, 4});
+  expect_error("lse", "(batch, nheads, seqlen)");
+  SetUp();
+  p.out_partial = arena.tensor(DType::kFloat32, {0, 32, 4, 128});
+  p.lse_partial = arena.tensor(DType::kFloat32, {0, 2, 4, 16});
+  expect_error("out_partial", "at least one split");
+  SetUp();
+  p.out_partial = arena.tensor(DType::kFloat32, {3, 2, 16, 4});  // rank 4 but no fold of (batch, seqlen)
+  expect_error("out_partial", "batch * seqlen");
+}
+
+TEST_F(CombineFixture, MissingNullAndOverlap) {
+  p.out = TensorView{};
+  expect_error("out", "");
+  SetUp();
+  p.lse_partial.data = nullptr;
+  expect_error("lse_partial", "null");
+  SetUp();
+  p.out.stride = {16 * 4 * 128, 4 * 128, 64, 1};  // heads 64 apart but 128 wide
+  expect_error("out", "overlap");
+}
+
+TEST_F(CombineFixture, WrongDeviceAndForeignPlan) {
+  DeviceInfo ampere = fake_hopper();
+  ampere.cc_major = 8;
+  try {
+    plan_combine(p, ampere);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupportedDevice) << e.what();
+  }
+  Plan foreign;
+  foreign.device = fake_hopper();
+  try {
+    run_combine(foreign, p, nullptr);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "plan") << e.what();
+  }
+}
+
 TEST(CAbi, ErrorsBecomeStatusAndMessage) {
   hopattn_fwd_params p;
   hopattn_fwd_params_init(&p);
@@ -566,6 +663,12 @@ TEST(CAbi, ErrorsBecomeStatusAndMessage) {
   EXPECT_TRUE(s == HOPATTN_UNSUPPORTED_DEVICE || s == HOPATTN_INVALID_ARGUMENT) << s;
   EXPECT_FALSE(std::string(hopattn_last_error()).empty());
   EXPECT_STREQ(hopattn_version(), version());
+  EXPECT_EQ(hopattn_combine(nullptr, nullptr), HOPATTN_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hopattn_last_error()).find("params"), std::string::npos);
+  hopattn_combine_params c{};  // no tensors: a status and a message, never a crash
+  const hopattn_status cs = hopattn_combine(&c, nullptr);
+  EXPECT_TRUE(cs == HOPATTN_UNSUPPORTED_DEVICE || cs == HOPATTN_INVALID_ARGUMENT) << cs;
+  EXPECT_FALSE(std::string(hopattn_last_error()).empty());
 }
 
 TEST(Api, ContiguousViewStrides) {

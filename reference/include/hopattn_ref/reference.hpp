@@ -83,6 +83,13 @@ struct FwdResult {
 FwdResult forward(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
                   const std::vector<double>& v);
 
+// The results of one set of queries against disjoint key ranges (splits), merged into the result
+// against all of those keys: lse = log sum_i exp(lse_i), out = sum_i exp(lse_i - lse) * out_i,
+// in the packed layouts above (every split with the same total_q and nheads; head_dim_v from
+// out's size). A split whose lse is -inf for a row adds nothing to it (its out is not read); a
+// row no split saw gets out = 0 and lse = -inf.
+FwdResult combine(const std::vector<FwdResult>& splits, int nheads);
+
 struct BwdResult {
   std::vector<double> dq, dk, dv;
 };

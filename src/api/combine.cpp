@@ -1,0 +1,110 @@
+// plan_combine / run_combine: validation and launch of the split-KV combine kernel
+// (kernels/combine/combine.cu).
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "api/validate.hpp"
+#include "api/validate_shared.hpp"
+#include "hopattn/api.hpp"
+#include "kernels/combine/combine.hpp"
+
+namespace hopattn {
+
+namespace detail {
+
+// The tensors of CombineParams (params.hpp): out_partial fixes the splits, rows, heads and head
+// dim; out splits the rows into (batch, seqlen); lse_partial and lse follow.
+kernels::combine::CombineArgs validate_combine_args(const CombineParams& p, const DeviceInfo& dev) {
+  check_device(dev);
+  require_defined(p.out_partial, "out_partial");
+  require_defined(p.lse_partial, "lse_partial");
+  require_defined(p.out, "out");
+  check_dtype(p.out_partial, "out_partial", {DType::kFloat32});
+  check_dtype(p.lse_partial, "lse_partial", {DType::kFloat32});
+  check_dtype(p.out, "out", {DType::kFloat32, DType::kBFloat16, DType::kFloat16});
+  check_rank(p.out_partial, "out_partial", 4, "(num_splits, batch * seqlen, nheads, head_dim)");
+  check_rank(p.lse_partial, "lse_partial", 4, "(num_splits, batch, nheads, seqlen)");
+  check_rank(p.out, "out", 4, "(batch, seqlen, nheads, head_dim)");
+  const int64_t splits = p.out_partial.shape[0], rows = p.out_partial.shape[1];
+  const int64_t H = p.out_partial.shape[2], D = p.out_partial.shape[3];
+  const int64_t B = p.out.shape[0], S = p.out.shape[1];
+  const std::pair<const TensorView*, const char*> inputs[] = {
+      {&p.out_partial, "out_partial"}, {&p.lse_partial, "lse_partial"}, {&p.out, "out"}};
+  for (const auto& [t, name] : inputs)
+    for (int i = 0; i < 4; ++i)
+      if (t->shape[i] < 0) fail(name, "sizes must be >= 0, got " + shape_str(*t));
+  if (splits < 1) fail("out_partial", "needs at least one split, got " + shape_str(p.out_partial));
+  if (B * S != rows)
+    fail("out_partial", "dim 1 must be batch * seqlen of out (" + std::to_string(B) + " * " + std::to_string(S) +
+                            " = " + std::to_string(B * S) + "), got " + shape_str(p.out_partial));
+  check_shape(p.out, "out", {B, S, H, D}, "(batch, seqlen, nheads, head_dim) with out_partial's heads and head dim");
+  check_shape(p.lse_partial, "lse_partial", {splits, B, H, S}, "(num_splits, batch, nheads, seqlen)");
+  if (p.lse.defined()) {
+    check_dtype(p.lse, "lse", {DType::kFloat32});
+    check_shape(p.lse, "lse", {B, H, S}, "(batch, nheads, seqlen)");
+    check_no_self_overlap(p.lse, "lse");
+  }
+  check_no_self_overlap(p.out, "out");
+  const int64_t pairs = rows * H;
+  if (splits > INT32_MAX || B > INT32_MAX || S > INT32_MAX || H > INT32_MAX || D > INT32_MAX ||
+      pairs / 4 >= INT32_MAX)
+    fail("out_partial", "too large for the combine kernel's grid: " + shape_str(p.out_partial));
+  const bool any = pairs * D > 0;
+  auto check_data = [&](const TensorView& t, const char* name) {
+    if (any && t.data == nullptr) fail(name, "data is null");
+    if (any) check_device_pointer(t.data, name, dev);
+  };
+  check_data(p.out_partial, "out_partial");
+  check_data(p.lse_partial, "lse_partial");
+  check_data(p.out, "out");
+  if (p.lse.defined()) check_data(p.lse, "lse");
+
+  kernels::combine::CombineArgs a;
+  a.out_partial = static_cast<const float*>(p.out_partial.data);
+  a.lse_partial = static_cast<const float*>(p.lse_partial.data);
+  a.out = p.out.data;
+  a.lse = p.lse.defined() ? static_cast<float*>(p.lse.data) : nullptr;
+  a.out_dtype = p.out.dtype;
+  a.num_splits = int(splits);
+  a.batch = int(B);
+  a.seqlen = int(S);
+  a.nheads = int(H);
+  a.head_dim = int(D);
+  for (int i = 0; i < 4; ++i) {
+    a.op_stride[i] = p.out_partial.stride[i];
+    a.lp_stride[i] = p.lse_partial.stride[i];
+    a.out_stride[i] = p.out.stride[i];
+  }
+  if (p.lse.defined())
+    for (int i = 0; i < 3; ++i) a.lse_stride[i] = p.lse.stride[i];
+  return a;
+}
+
+void validate_combine(const CombineParams& p, const DeviceInfo& dev) { validate_combine_args(p, dev); }
+
+}  // namespace detail
+
+Plan plan_combine(const CombineParams& p, const DeviceInfo& dev) {
+  detail::validate_combine(p, dev);
+  Plan plan;
+  plan.device = dev;
+  plan.kernel = "combine";
+  plan.workspace_bytes = 0;
+  return plan;
+}
+
+void run_combine(const Plan& plan, const CombineParams& p, cudaStream_t stream) {
+  if (plan.kernel != "combine")
+    throw Error(ErrorCode::kInvalidArgument, "plan", "was not made by plan_combine (kernel " + plan.kernel + ")");
+  DeviceInfo dev = plan.device;
+  dev.queried = false;  // plan_combine checked where the pointers live; here only their shapes and nulls
+  kernels::combine::launch(detail::validate_combine_args(p, dev), stream);
+}
+
+void combine(const CombineParams& p, cudaStream_t stream) {
+  const Plan plan = plan_combine(p, query_device());
+  run_combine(plan, p, stream);
+}
+
+}  // namespace hopattn

@@ -140,7 +140,9 @@ struct BwdParams {
 //                the row (that split's out_partial values are then never read)
 //   out: (batch, seqlen, nheads, head_dim) float32, bf16 or fp16
 //   lse: (batch, nheads, seqlen) float32, optional.
-// Any strides; rows no split saw get out = 0 and lse = -inf. No workspace.
+// Any strides; rows no split saw get out = 0 and lse = -inf. Outputs may not share memory with
+// the inputs. A NaN lse_i next to a finite one makes the row NaN; a row whose lse_i are all NaN
+// or -inf counts as seen by no split (the max ignores NaN). No workspace.
 struct CombineParams {
   TensorView out_partial, lse_partial;
   TensorView out, lse;

@@ -13,6 +13,33 @@ namespace hopattn {
 
 namespace detail {
 
+namespace {
+
+// The bytes a view may touch, [first, last) (any stride signs); empty for a tensor without elements.
+std::pair<uintptr_t, uintptr_t> byte_span(const TensorView& t) {
+  int64_t lo = 0, hi = 0;
+  for (int i = 0; i < t.rank; ++i) {
+    if (t.shape[i] == 0) return {0, 0};
+    const int64_t reach = (t.shape[i] - 1) * t.stride[i];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  const auto base = reinterpret_cast<uintptr_t>(t.data);
+  const int64_t es = dtype_size(t.dtype);
+  return {base + lo * es, base + (hi + 1) * es};
+}
+
+// An output sharing memory with an input: the kernel reads every split of a row before it
+// writes the row's output, but not in an order that makes every overlap safe (lse is written
+// before the columns' pass re-reads lse_partial), so none is accepted.
+void check_disjoint(const TensorView& out, const char* name, const TensorView& in, const char* in_name) {
+  const auto [a0, a1] = byte_span(out);
+  const auto [b0, b1] = byte_span(in);
+  if (a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1)
+    fail(name, std::string("must not share memory with ") + in_name + " (an in-place merge is not supported)");
+}
+
+}  // namespace
+
 // The tensors of CombineParams (params.hpp): out_partial fixes the splits, rows, heads and head
 // dim; out splits the rows into (batch, seqlen); lse_partial and lse follow.
 kernels::combine::CombineArgs validate_combine_args(const CombineParams& p, const DeviceInfo& dev) {
@@ -35,9 +62,14 @@ kernels::combine::CombineArgs validate_combine_args(const CombineParams& p, cons
     for (int i = 0; i < 4; ++i)
       if (t->shape[i] < 0) fail(name, "sizes must be >= 0, got " + shape_str(*t));
   if (splits < 1) fail("out_partial", "needs at least one split, got " + shape_str(p.out_partial));
+  // Bounded before any product: the kernel's indices are int (dims) and int64 (offsets).
+  for (int64_t x : {splits, rows, H, D, B, S})
+    if (x > INT32_MAX) fail("out_partial", "too large for the combine kernel: dims must fit in int32, got out_partial " +
+                                               shape_str(p.out_partial) + " and out " + shape_str(p.out));
   if (B * S != rows)
-    fail("out_partial", "dim 1 must be batch * seqlen of out (" + std::to_string(B) + " * " + std::to_string(S) +
-                            " = " + std::to_string(B * S) + "), got " + shape_str(p.out_partial));
+    fail("out", "batch * seqlen (" + std::to_string(B) + " * " + std::to_string(S) + " = " +
+                    std::to_string(B * S) + ") must equal dim 1 of out_partial (num_splits, batch * seqlen, nheads, "
+                    "head_dim), got " + shape_str(p.out_partial));
   check_shape(p.out, "out", {B, S, H, D}, "(batch, seqlen, nheads, head_dim) with out_partial's heads and head dim");
   check_shape(p.lse_partial, "lse_partial", {splits, B, H, S}, "(num_splits, batch, nheads, seqlen)");
   if (p.lse.defined()) {
@@ -46,19 +78,26 @@ kernels::combine::CombineArgs validate_combine_args(const CombineParams& p, cons
     check_no_self_overlap(p.lse, "lse");
   }
   check_no_self_overlap(p.out, "out");
-  const int64_t pairs = rows * H;
-  if (splits > INT32_MAX || B > INT32_MAX || S > INT32_MAX || H > INT32_MAX || D > INT32_MAX ||
-      pairs / 4 >= INT32_MAX)
-    fail("out_partial", "too large for the combine kernel's grid: " + shape_str(p.out_partial));
-  const bool any = pairs * D > 0;
-  auto check_data = [&](const TensorView& t, const char* name) {
-    if (any && t.data == nullptr) fail(name, "data is null");
-    if (any) check_device_pointer(t.data, name, dev);
+  const int64_t pairs = rows * H;  // one warp each; < 2^62 after the bounds above
+  if (pairs / 4 >= INT32_MAX) fail("out_partial", "too large for the combine kernel's grid: " + shape_str(p.out_partial));
+  // The kernel runs whenever a (row, head) pair exists: it reads lse_partial and writes lse even
+  // when the head dim is 0, and reads out_partial and writes out when it is not.
+  auto check_data = [&](const TensorView& t, const char* name, bool read_or_written) {
+    if (!read_or_written) return;
+    if (t.data == nullptr) fail(name, "data is null");
+    check_device_pointer(t.data, name, dev);
   };
-  check_data(p.out_partial, "out_partial");
-  check_data(p.lse_partial, "lse_partial");
-  check_data(p.out, "out");
-  if (p.lse.defined()) check_data(p.lse, "lse");
+  check_data(p.lse_partial, "lse_partial", pairs > 0);
+  check_data(p.out_partial, "out_partial", pairs > 0 && D > 0);
+  check_data(p.out, "out", pairs > 0 && D > 0);
+  if (p.lse.defined()) check_data(p.lse, "lse", pairs > 0);
+  check_disjoint(p.out, "out", p.out_partial, "out_partial");
+  check_disjoint(p.out, "out", p.lse_partial, "lse_partial");
+  if (p.lse.defined()) {
+    check_disjoint(p.lse, "lse", p.lse_partial, "lse_partial");
+    check_disjoint(p.lse, "lse", p.out_partial, "out_partial");
+    check_disjoint(p.lse, "lse", p.out, "out");
+  }
 
   kernels::combine::CombineArgs a;
   a.out_partial = static_cast<const float*>(p.out_partial.data);

@@ -55,7 +55,8 @@ void check_contiguous(const TensorView& t, const char* name) {
 
 void check_no_self_overlap(const TensorView& t, const char* name) {
   // Dims of extent > 1 sorted by stride: each stride must step over the previous dim's extent,
-  // or two elements share an address and the kernel's writes race.
+  // or two elements share an address and the kernel's writes race. No elements, no overlap.
+  if (t.numel() == 0) return;
   int idx[4];
   int n = 0;
   for (int i = 0; i < t.rank; ++i)

@@ -580,7 +580,8 @@ TEST_F(CombineFixture, ValidCallsPlan) {
   p.lse = TensorView{};  // lse is optional
   p.out = arena.tensor(DType::kFloat32, {2, 16, 4, 128});
   EXPECT_EQ(plan_combine(p, fake_hopper()).workspace_bytes, 0u);
-  p.out.stride = {16 * 4 * 256, 4 * 256, 256, 1};  // strided rows (the view is never read here)
+  p.out = arena.tensor(DType::kFloat32, {2, 16, 4, 256});
+  p.out.shape[3] = 128;  // every row's first half: strided rows
   EXPECT_NO_THROW(plan_combine(p, fake_hopper()));
 }
 
@@ -603,7 +604,7 @@ TEST_F(CombineFixture, Shapes) {
   expect_error("lse_partial", "num_splits");
   SetUp();
   p.out = arena.tensor(DType::kBFloat16, {2, 15, 4, 128});  // 30 rows against 32
-  expect_error("out_partial", "batch * seqlen");
+  expect_error("out", "batch * seqlen");
   SetUp();
   p.out = arena.tensor(DType::kBFloat16, {2, 16, 4, 64});
   expect_error("out", "head_dim");
@@ -616,7 +617,34 @@ TEST_F(CombineFixture, Shapes) {
   expect_error("out_partial", "at least one split");
   SetUp();
   p.out_partial = arena.tensor(DType::kFloat32, {3, 2, 16, 4});  // rank 4 but no fold of (batch, seqlen)
-  expect_error("out_partial", "batch * seqlen");
+  expect_error("out", "dim 1 of out_partial");
+  SetUp();
+  p.out_partial.shape[1] = int64_t(1) << 40;  // bounded before any product
+  expect_error("out_partial", "int32");
+}
+
+// With head dim 0 out_partial and out are never touched (their data may be null), but the LSEs
+// still are; with no (row, head) pair at all nothing is.
+TEST_F(CombineFixture, EmptyTensors) {
+  p.out_partial = TensorView{nullptr, DType::kFloat32, 4, {3, 32, 4, 0}, {0, 0, 0, 1}};
+  p.out = TensorView{nullptr, DType::kBFloat16, 4, {2, 16, 4, 0}, {0, 0, 0, 1}};
+  EXPECT_NO_THROW(plan_combine(p, fake_hopper()));
+  p.lse_partial.data = nullptr;
+  expect_error("lse_partial", "null");
+  p.lse_partial = TensorView{nullptr, DType::kFloat32, 4, {3, 0, 4, 16}, {0, 0, 0, 1}};
+  p.out_partial.shape = {3, 0, 4, 0};
+  p.out.shape = {0, 16, 4, 0};
+  p.lse = TensorView{nullptr, DType::kFloat32, 3, {0, 4, 16}, {64, 16, 1}};
+  EXPECT_NO_THROW(plan_combine(p, fake_hopper()));
+}
+
+// Outputs may not share memory with inputs (no in-place merge).
+TEST_F(CombineFixture, OutputsOverlappingInputs) {
+  p.lse.data = p.lse_partial.data;  // the first split's LSEs
+  expect_error("lse", "must not share memory with lse_partial");
+  SetUp();
+  p.out = TensorView{p.out_partial.data, DType::kFloat32, 4, {2, 16, 4, 128}, {16 * 4 * 128, 4 * 128, 128, 1}};
+  expect_error("out", "must not share memory with out_partial");
 }
 
 TEST_F(CombineFixture, MissingNullAndOverlap) {

@@ -2,7 +2,8 @@
 //   lse = log sum_i exp(lse_i),   out = sum_i exp(lse_i - lse) * out_i
 // (each out_i is already normalised by its own split's sum). One warp per (row, head): the lanes
 // take the splits for the two reductions (max, then sum of exps, in FP32 with expf / logf), then
-// the head dim, 32 columns at a time, each lane adding every split's value of its column.
+// the head dim in passes of 256 columns (8 per lane, the lanes on consecutive columns), each lane
+// adding every split's values of its columns.
 // A split that saw no key of the row (lse_i = -inf) gets weight 0 and is skipped, so whatever its
 // out_i holds is never read; a row no split saw gets out = 0 and lse = -inf, as the forward
 // writes such rows. Memory-bound: each partial value is read once.

@@ -38,8 +38,6 @@ void check_disjoint(const TensorView& out, const char* name, const TensorView& i
     fail(name, std::string("must not share memory with ") + in_name + " (an in-place merge is not supported)");
 }
 
-}  // namespace
-
 // The tensors of CombineParams (params.hpp): out_partial fixes the splits, rows, heads and head
 // dim; out splits the rows into (batch, seqlen); lse_partial and lse follow.
 kernels::combine::CombineArgs validate_combine_args(const CombineParams& p, const DeviceInfo& dev) {
@@ -120,12 +118,12 @@ kernels::combine::CombineArgs validate_combine_args(const CombineParams& p, cons
   return a;
 }
 
-void validate_combine(const CombineParams& p, const DeviceInfo& dev) { validate_combine_args(p, dev); }
+}  // namespace
 
 }  // namespace detail
 
 Plan plan_combine(const CombineParams& p, const DeviceInfo& dev) {
-  detail::validate_combine(p, dev);
+  detail::validate_combine_args(p, dev);
   Plan plan;
   plan.device = dev;
   plan.kernel = "combine";

@@ -47,7 +47,6 @@ struct FwdProblem {
 
 FwdProblem validate_fwd(const FwdParams& p, const DeviceInfo& dev);
 FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev);
-void validate_combine(const CombineParams& p, const DeviceInfo& dev);
 
 // Head dims a 16-bit kernel may be instantiated for (the set a build compiles is a subset).
 constexpr int kHeadDims[] = {64, 96, 128, 192, 256};

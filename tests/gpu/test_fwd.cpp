@@ -162,6 +162,13 @@ std::vector<FwdCase> coverage() {
   add([](FwdCase& c) { c.head_dim = 64; c.varlen_q = {513, 1, 900}; c.varlen_k = {513, 64, 1000}; c.window_left = 100; c.window_right = 0; c.nheads = 2; c.nheads_k = 1; });
   add([](FwdCase& c) { c.head_dim = 64; c.seqlen_q = 1025; c.seqlen_k = 1025; c.causal = true; c.nheads = 2; c.nheads_k = 2; });
   add([](FwdCase& c) { c.head_dim = 64; c.force_kernel = "fwd_sm90_bf16_hd64_masked"; c.seqlen_q = 333; c.seqlen_k = 2100; });
+  // Narrow first blocks (FwdTraits::kNarrowFirstBlock, d64 and d192): warpgroups whose rows see
+  // no key past the first half of their tile's first block, by a right window or a bottom-right
+  // causal shift; the first keys scaled up, so that blocks after the narrow one (which sets the
+  // rows' first maxima) lift the offsets or recompute their scores.
+  add([](FwdCase& c) { c.head_dim = 64; c.seqlen_q = 1500; c.seqlen_k = 1500; c.window_right = 30; c.nheads = 2; c.nheads_k = 1; });
+  add([](FwdCase& c) { c.head_dim = 64; c.seqlen_q = 900; c.seqlen_k = 1000; c.causal = true; c.gain_keys = 500; c.key_gain = 8.f; });
+  add([](FwdCase& c) { c.head_dim = 192; c.seqlen_q = 1000; c.seqlen_k = 1000; c.causal = true; c.gain_keys = 500; c.key_gain = 64.f; c.nheads = 2; c.nheads_k = 2; });
   // The Table 2 ablation kernel (no intra-warpgroup overlap, the default 176-key d128 tile) serves
   // every length and mask: ragged causal and windowed.
   add([](FwdCase& c) { c.no_overlap = true; c.seqlen_q = 300; c.seqlen_k = 517; c.causal = true; });

@@ -30,17 +30,19 @@ namespace hopattn::kernels::fwd {
 constexpr int kPingpongBarrierBase = 1;  // 1 + w: "warpgroup w may issue its GEMMs"
 // (4 + w: the epilogue's staging buffer of warpgroup w, epilogue.hpp)
 
-// Issues one warpgroup-wide GEMM c (+)= a * b over all k slices and commits it as a batch.
+// Issues one warpgroup-wide GEMM c (+)= a * b over the first kKSlices k slices (all by
+// default) and commits it as a batch.
 // kARegs: A comes from registers (RS) rather than shared-memory descriptors (SS).
-template <bool kZeroInit, bool kARegs, class Mma, class TA, class TB, class TC>
+template <bool kZeroInit, bool kARegs, int kKSlices = -1, class Mma, class TA, class TB, class TC>
 __device__ __forceinline__ void issue_wgmma(Mma& mma, TA& a, TB const& b, TC& c) {
   using namespace cute;
+  constexpr int kSlices = kKSlices < 0 ? int(decltype(size<2>(a))::value) : kKSlices;
   if constexpr (kARegs) warpgroup_fence_operand(a);
   warpgroup_fence_operand(c);
   warpgroup_arrive();
   if constexpr (kZeroInit) mma.accumulate_ = GMMA::ScaleOut::Zero;
   CUTE_UNROLL
-  for (int k = 0; k < size<2>(a); ++k) {
+  for (int k = 0; k < kSlices; ++k) {
     gemm(mma, a(_, _, k), b(_, _, k), c);
     mma.accumulate_ = GMMA::ScaleOut::One;
   }
@@ -226,11 +228,16 @@ struct Consumer {
     wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
     issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
   }
+  // narrow: the block was a narrow first block (T::kNarrowFirstPv): P V over its first
+  // T::kNarrowKeys keys.
   template <class MmaPV, class TP, class TV, class TO>
-  __device__ __forceinline__ void issue_pv(MmaPV& mma_pv, TP& tOrP, TV& tOrVt, TO& tOrO) {
+  __device__ __forceinline__ void issue_pv(MmaPV& mma_pv, TP& tOrP, TV& tOrVt, TO& tOrO, bool narrow = false) {
     using namespace cute;
     wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
-    issue_wgmma<false, true>(mma_pv, tOrP, tOrVt(_, _, _, v_pipe.stage), tOrO);
+    constexpr int kNarrowSlices = T::kNarrowFirstPv ? T::kNarrowKeys / 16 : -1;  // k16 slices
+    auto tOrVt_stage = tOrVt(_, _, _, v_pipe.stage);
+    if (T::kNarrowFirstPv && narrow) issue_wgmma<false, true, kNarrowSlices>(mma_pv, tOrP, tOrVt_stage, tOrO);
+    else issue_wgmma<false, true>(mma_pv, tOrP, tOrVt_stage, tOrO);
   }
   // Tile n's K and V descales, stored by the producer next to the K stage just waited for; read
   // before that stage is released (FP8 only).
@@ -253,6 +260,43 @@ struct Consumer {
   __device__ __forceinline__ void release_q() {
     release(smem.q_empty[q_pipe.stage]);
     q_pipe.advance();
+  }
+
+  // A tile's first block, narrow (T::kNarrowFirstBlock: this warpgroup's rows see none of its
+  // keys past the first T::kNarrowKeys): S = Q K^T over those keys into an accumulator of their
+  // width, mask and softmax as for any first block, and P in the first k16 slices of tOrP (the
+  // score accumulator's order is P's, so the narrow block's P is a prefix of the full one's), the
+  // others zero. 16-bit only: the descales are 1.
+  template <class TQ, class TP>
+  __device__ __forceinline__ void narrow_first_block(TQ tSrQ, TP& tOrP, const WindowMask<T::kBlockM, T::kBlockN>& mask,
+                                                     const TileCoord& c, const SeqInfo& si, int n,
+                                                     OnlineSoftmax<kRows>& softmax, float (&o_scale)[kRows]) {
+    using namespace cute;
+    if constexpr (T::kNarrowFirstBlock) {
+      static_assert(!T::kFp8);
+      using Narrow = Shape<Int<T::kBlockM>, Int<T::kNarrowKeys>>;
+      typename T::MmaQKNarrow mma;
+      auto thr = mma.get_thread_slice(tid);
+      Tensor sK = make_tensor(make_smem_ptr(smem.k.data()), typename T::SmemLayoutKNarrow{});
+      Tensor tSrK = thr.partition_fragment_B(sK);  // the stage's first kNarrowKeys keys
+      Tensor tScS = thr.partition_C(make_identity_tensor(Narrow{}));
+      Tensor tSrS = partition_fragment_C(mma, Narrow{});
+      pingpong.acquire();
+      issue_scores(mma, tSrQ, tSrK, tSrS);
+      pingpong.hand_over();
+      timeline.mark(kFirstScoresIssued);
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
+      timeline.mark(kFirstScoresDone);
+      release_k();
+      bool lost;
+      scores_to_probs(tSrS, tScS, true, mask, c, si, n, row_scales(1.f), softmax, o_scale, lost);
+      constexpr int kCount = decltype(size(tSrS))::value;
+      Tensor tOrP_narrow = make_tensor(tOrP.data(), make_layout(Int<kCount>{}));
+      convert_into(tSrS, tOrP_narrow);
+      CUTE_UNROLL
+      for (int i = kCount; i < size(tOrP); ++i) tOrP(i) = typename T::Element(0.f);
+    }
   }
 
   // O *= o_scale (online softmax) * v_ratio (FP8 V block descales: O is kept in units of the
@@ -418,23 +462,33 @@ struct Consumer {
     float v_units = 1.f;  // the V descale O is expressed in (FP8 block descales)
 
     if constexpr (T::kIntraWgOverlap) {
-      // First block: S only.
-      Tensor tSrS = scores();
-      pingpong.acquire();
-      auto tSrQ = q_at(n_end - 1);
-      issue_scores(mma_qk, tSrQ, tSrK, tSrS);
-      pingpong.hand_over();
-      timeline.mark(kFirstScoresIssued);
-      read_key_descales(k_scale, v_block);
-      v_units = Scales::v_units(v_block, 1.f);
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
-      timeline.mark(kFirstScoresDone);
-      release_k();
+      // First block: S only. A narrow one (T::kNarrowFirstBlock) has a branch of its own from
+      // the issue to P: where the two forms met with S still in flight, ptxas copied the
+      // accumulator at the join and had to wait for the GEMM there (C7517).
       bool lost;  // never on a tile's first block
-      scores_to_probs(tSrS, tScS, true, mask, c, si, n_end - 1, row_scales(k_scale), softmax, o_scale, lost);
+      bool narrow = false;
+      if constexpr (T::kNarrowFirstBlock)
+        narrow = mask.keys_hidden_from(c.m_block, pingpong.wg, n_end - 1, T::kNarrowKeys);
+      if (narrow) {
+        narrow_first_block(q_at(n_end - 1), tOrP, mask, c, si, n_end - 1, softmax, o_scale);
+      } else {
+        Tensor tSrS = scores();
+        pingpong.acquire();
+        auto tSrQ = q_at(n_end - 1);
+        issue_scores(mma_qk, tSrQ, tSrK, tSrS);
+        pingpong.hand_over();
+        timeline.mark(kFirstScoresIssued);
+        read_key_descales(k_scale, v_block);
+        v_units = Scales::v_units(v_block, 1.f);
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
+        timeline.mark(kFirstScoresDone);
+        release_k();
+        scores_to_probs(tSrS, tScS, true, mask, c, si, n_end - 1, row_scales(k_scale), softmax, o_scale, lost);
+        convert_p(tSrS, tOrP);
+      }
       bool softmax_moved = false;  // the first block's P V adds to a zero O
-      convert_p(tSrS, tOrP);
+      bool pv_narrow = narrow;     // the P V to issue next is the narrow block's
       // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
       // Q K^T of block n runs: the multiply leaves the softmax window between the GEMMs.
       float v_ratio = 1.f;
@@ -444,7 +498,8 @@ struct Consumer {
         auto tSrQ = q_at(n);
         issue_scores(mma_qk, tSrQ, tSrK, tSrS_next);
         rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
-        issue_pv(mma_pv, tOrP, tOrVt, tOrO);
+        issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_narrow);
+        pv_narrow = false;
         pingpong.hand_over();
         if (n == n_end - 2) timeline.mark(kFirstPvIssued);
         read_key_descales(k_scale, v_block);
@@ -475,7 +530,7 @@ struct Consumer {
       release_q();  // every Q K^T of this tile has completed
       pingpong.acquire();
       rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
-      issue_pv(mma_pv, tOrP, tOrVt, tOrO);
+      issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_narrow);
       pingpong.hand_over();
       timeline.mark(kLastPvIssued);
       warpgroup_wait<0>();

@@ -43,6 +43,17 @@ struct WindowMask {
     return false;
   }
 
+  // True when the 64 rows of consumer warpgroup wg in query block m_block see none of the keys
+  // of key block n_block from its column `first_hidden` on (past seqlen_k or right of the
+  // window): the warpgroup may run the block narrow (FwdTraits::kNarrowFirstBlock). Rows past
+  // seqlen_q do not count.
+  __device__ __forceinline__ bool keys_hidden_from(int m_block, int wg, int n_block, int first_hidden) const {
+    const int last_row = min(m_block * kBlockM + wg * 64 + 63, seqlen_q - 1);
+    int last_col = seqlen_k - 1;
+    if (window_right >= 0) last_col = min(last_col, last_row + seqlen_k - seqlen_q + window_right);
+    return last_col < n_block * kBlockN + first_hidden;
+  }
+
   // Sets masked scores to -inf. s_rc and coord_rc are the (rows, cols) views of the score
   // accumulator and of the identity tensor partitioned like it (tile-local coordinates).
   // kRelativeBounds: a thread's columns in a row are its first column plus compile-time offsets,

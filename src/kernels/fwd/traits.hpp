@@ -22,6 +22,13 @@
 #ifndef HOPATTN_EXP_PINGPONG
 #define HOPATTN_EXP_PINGPONG -1
 #endif
+// Experiment switch for FwdTraits::kNarrowFirstBlock: 0 off, 1 the scores and softmax of a narrow
+// first block over its first kNarrowKeys keys (its P V over the whole block, the rest of P zero),
+// 2 its P V over those keys too (the default), 3 as 2 in every kernel where it fits, whatever
+// the head dim.
+#ifndef HOPATTN_EXP_NARROW_FIRST_BLOCK
+#define HOPATTN_EXP_NARROW_FIRST_BLOCK 2
+#endif
 
 namespace hopattn::kernels::fwd {
 
@@ -106,6 +113,24 @@ struct FwdTraits {
   using MmaQK = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kBlockN>, Int<kHeadDim>>>(),
       ConsumerAtoms{}));
+  // A consumer warpgroup whose rows see none of the keys past the first kNarrowKeys of its
+  // tile's first key block (the last visible one: the diagonal block under a causal mask;
+  // WindowMask::keys_hidden_from) runs that block narrow: S = Q K^T over those keys only
+  // (MmaQKNarrow on SmemLayoutKNarrow), the mask and softmax over them, and O += P V over them
+  // (Consumer::mainloop). With 128 x 128 tiles under a causal mask that is warpgroup 0 of every
+  // tile: a quarter of the tile's diagonal work. kNarrowKeys is half the block rounded up to
+  // whole k16 slices of P V (64 of 128, 48 of 96, 48 of 80). Measured (H100, perf-log session
+  // 34, against the full block): d64 causal 512 / 1k / 2k / 8k +2.9 / +2.5 / +3.8 / +0.8%, d192
+  // causal 1k / 4k +2.4 / +0.7%; d96 causal 1k +0.7% but 4k -1.1%, d256 causal +0.0..0.5% and
+  // unmasked 1k -0.3%, d128's 128-key kernels 0.97-1.00 (causal 8k -2.7%): d64 and d192 only.
+  static constexpr int kNarrowKeys = (kBlockN_ / 2 + 15) / 16 * 16;
+  static constexpr bool kNarrowFirstBlock =
+      HOPATTN_EXP_NARROW_FIRST_BLOCK != 0 && kNarrowKeys < kBlockN_ && kIntraWgOverlap_ &&
+      (kHeadDim_ == 64 || kHeadDim_ == 192 || HOPATTN_EXP_NARROW_FIRST_BLOCK == 3);
+  static constexpr bool kNarrowFirstPv = kNarrowFirstBlock && HOPATTN_EXP_NARROW_FIRST_BLOCK >= 2;
+  using MmaQKNarrow = decltype(make_tiled_mma(
+      GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kNarrowKeys>, Int<kHeadDim>>>(),
+      ConsumerAtoms{}));
   // O += P V: A = P (registers), B = V^T (smem, MN-major: V rows are stored d-contiguous).
   using MmaPV = decltype(make_tiled_mma(
       GMMA::rs_op_selector<Element, Element, float, Shape<_64, Int<kHeadDim>, Int<kBlockN>>,
@@ -124,6 +149,10 @@ struct FwdTraits {
       SmemAtom{}, Shape<Int<kBlockM>, Int<kHeadDim>, Int<kQStages>>{}));
   using SmemLayoutK = decltype(tile_to_shape(
       SmemAtom{}, Shape<Int<kBlockN>, Int<kHeadDim>, Int<kStages>>{}));
+  // The first kNarrowKeys keys of each K stage (same addresses as SmemLayoutK; kNarrowFirstBlock).
+  using SmemLayoutKNarrow = decltype(composition(
+      SmemLayoutK{}, make_layout(Shape<Int<kNarrowKeys>, Int<kHeadDim>, Int<kStages>>{},
+                                 Stride<_1, Int<kBlockN>, Int<kBlockN * kHeadDim>>{})));
   using SmemLayoutV = SmemLayoutK;
   // V^T as the B operand of P V: the same bytes viewed as (head_dim, keys, stage).
   using SmemLayoutVt = decltype(composition(

@@ -37,6 +37,9 @@ struct FwdFp8Traits {
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
   // Measured 3-9% slower (traits.hpp); without the pingpong token 0.98-1.00 (session 27).
   static constexpr bool kSoftmaxUnderOwnPv = false;
+  static constexpr bool kNarrowFirstBlock = false;  // traits.hpp (16-bit only: P's e4m3 keys are permuted)
+  static constexpr bool kNarrowFirstPv = false;
+  static constexpr int kNarrowKeys = kBlockN_;
   // d = 256: wait for P V of the previous block before the softmax rather than after it, so that
   // the V^T slot is released a softmax earlier (its two ring stages leave the transposers about
   // one iteration): +0.6..1.6% (H100, perf-log session 28). At d = 64 and 128 (three stages) the

@@ -307,4 +307,121 @@ BwdResult backward_lowp(const Problem& pr, const std::vector<double>& q0,
   return res;
 }
 
+namespace {
+
+// One block of rows of backward_flash: the probabilities P (rounded to dt) and the score
+// gradients dS (rounded to dt) of the rows' visible keys, from the exact sums S = Q K^T and
+// dP = dO V^T (nr x w each, overwritten), the rows' stored LSE and D.
+void flash_probs_and_dscores(const Problem& pr, const Store& st, const RowBlock& blk, const double* lse,
+                             const double* delta, std::vector<double>& S, std::vector<double>& dP) {
+  constexpr double kLog2e = double(1.4426950408889634f);
+  const int w = blk.width();
+  const bool softcap = pr.softcap > 0;
+  const double scale_log2 = f32(f32(softcap ? pr.softcap : pr.scale()) * kLog2e);
+  const double prescale = softcap ? f32(f32(pr.scale()) / f32(pr.softcap)) : 1.0;
+  for (int r = 0; r < blk.nr; ++r) {
+    double* s_row = S.data() + size_t(r) * w;
+    double* dp_row = dP.data() + size_t(r) * w;
+    const KeyRange kr = blk.range[r];
+    const int x0 = kr.empty() ? 0 : kr.lo - blk.lo, x1 = kr.empty() ? -1 : kr.hi - blk.lo;
+    const double lse_log2 = f32(f32(lse[r]) * kLog2e);
+    for (int x = 0; x < w; ++x) {
+      if (x < x0 || x > x1) {  // masked: P = 0, dS = 0
+        s_row[x] = dp_row[x] = 0.0;
+        continue;
+      }
+      double t = f32(s_row[x]);
+      if (softcap) t = f32(std::tanh(f32(t * prescale)));
+      const double p16 = st.round(f32(std::exp2(f32(t * scale_log2 - lse_log2))));  // one FFMA, ex2
+      double ds = f32(p16 * f32(f32(dp_row[x]) - delta[r]));
+      if (softcap) {
+        const double tp = p16 > 0 ? f32(f32(std::log2(p16) + lse_log2) / scale_log2) : 0.0;
+        ds = p16 > 0 ? f32(ds * f32(1.0 - f32(tp * tp))) : 0.0;
+      }
+      s_row[x] = p16;
+      dp_row[x] = st.round(ds);
+    }
+  }
+}
+
+}  // namespace
+
+BwdResult backward_flash(const Problem& pr, const std::vector<double>& q0, const std::vector<double>& k0,
+                         const std::vector<double>& v0, const std::vector<double>& dout0,
+                         const std::vector<double>& out0, const std::vector<double>& lse, DType dt) {
+  pr.validate();
+  check_size(q0, pr.q_size(), "q");
+  check_size(k0, pr.k_size(), "k");
+  check_size(v0, pr.v_size(), "v");
+  check_size(dout0, pr.out_size(), "dout");
+  check_size(out0, pr.out_size(), "out");
+  check_size(lse, pr.lse_size(), "lse");
+  if (dt != DType::kFloat16 && dt != DType::kBFloat16)
+    throw std::invalid_argument("backward_flash: dt must be fp16 or bf16");
+  const Store st(dt);
+  const std::vector<double> q = rounded_with(st, q0), k = rounded_with(st, k0), v = rounded_with(st, v0),
+                            dout = rounded_with(st, dout0), out = rounded_with(st, out0);
+  const int d = pr.head_dim, dv = pr.head_dim_v, H = pr.nheads, Hk = pr.nheads_k;
+  const int group = H / Hk, tq = pr.total_q();
+  const double fscale = f32(pr.scale());
+  BwdResult res;
+  res.dq.assign(pr.q_size(), 0.0);
+  res.dk.assign(pr.k_size(), 0.0);
+  res.dv.assign(pr.v_size(), 0.0);
+  HeadKV kv;
+  std::vector<double> qb, dob, ob, S, dP, dqb, dkg, dvg;  // dkg, dvg: the group's fp32 accumulators
+  RowBlock blk;
+  double row_lse[RowBlock::kMaxRows], delta[RowBlock::kMaxRows];
+  for (int b = 0; b < pr.batch; ++b) {
+    const int sq = pr.seqlen_q(b), sk = pr.seqlen_k(b);
+    const int qs = pr.cu_seqlens_q[b], ks = pr.cu_seqlens_k[b];
+    if (sq == 0 || sk == 0) continue;
+    for (int hk = 0; hk < Hk; ++hk) {
+      kv.load(pr, k, v, ks, sk, hk);
+      dkg.assign(size_t(sk) * d, 0.0);
+      dvg.assign(size_t(sk) * dv, 0.0);
+      for (int h = hk * group; h < (hk + 1) * group; ++h) {
+        for (int i0 = 0; i0 < sq; i0 += RowBlock::kMaxRows) {
+          if (!make_block(pr, b, i0, blk)) continue;
+          const int nr = blk.nr, w = blk.width();
+          gather_rows(q, qs, blk, H, h, d, qb);
+          gather_rows(dout, qs, blk, H, h, dv, dob);
+          gather_rows(out, qs, blk, H, h, dv, ob);
+          for (int r = 0; r < nr; ++r) {  // the preprocess: D in fp32, the stored LSE
+            double D = 0;
+            for (int c = 0; c < dv; ++c) D += dob[size_t(r) * dv + c] * ob[size_t(r) * dv + c];
+            delta[r] = f32(D);
+            row_lse[r] = lse[size_t(h) * tq + qs + i0 + r];
+          }
+          S.assign(size_t(nr) * w, 0.0);
+          dP.assign(size_t(nr) * w, 0.0);
+          gemm_acc(nr, w, d, rows(qb.data(), size_t(d)), transposed(kv.k.data() + size_t(blk.lo) * d, size_t(d)),
+                   S.data(), size_t(w));
+          gemm_acc(nr, w, dv, rows(dob.data(), size_t(dv)),
+                   transposed(kv.v.data() + size_t(blk.lo) * dv, size_t(dv)), dP.data(), size_t(w));
+          flash_probs_and_dscores(pr, st, blk, row_lse, delta, S, dP);  // S := P_dt, dP := dS_dt
+          dqb.assign(size_t(nr) * d, 0.0);
+          gemm_acc_masked(nr, d, w, rows(dP.data(), size_t(w)), rows(kv.k.data() + size_t(blk.lo) * d, size_t(d)),
+                          dqb.data(), size_t(d));
+          for (int r = 0; r < nr; ++r) {
+            double* dqrow = res.dq.data() + (size_t(qs + i0 + r) * H + h) * d;
+            for (int c = 0; c < d; ++c) dqrow[c] = st(f32(dqb[size_t(r) * d + c]) * fscale);
+          }
+          gemm_acc_masked(w, d, nr, transposed(dP.data(), size_t(w)), rows(qb.data(), size_t(d)),
+                          dkg.data() + size_t(blk.lo) * d, size_t(d));
+          gemm_acc_masked(w, dv, nr, transposed(S.data(), size_t(w)), rows(dob.data(), size_t(dv)),
+                          dvg.data() + size_t(blk.lo) * dv, size_t(dv));
+        }
+      }
+      for (int j = 0; j < sk; ++j) {
+        double* dkrow = res.dk.data() + (size_t(ks + j) * Hk + hk) * d;
+        double* dvrow = res.dv.data() + (size_t(ks + j) * Hk + hk) * dv;
+        for (int c = 0; c < d; ++c) dkrow[c] = st(f32(dkg[size_t(j) * d + c]) * fscale);
+        for (int c = 0; c < dv; ++c) dvrow[c] = st(dvg[size_t(j) * dv + c]);
+      }
+    }
+  }
+  return res;
+}
+
 }  // namespace hopattn::ref

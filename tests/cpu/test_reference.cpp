@@ -672,6 +672,56 @@ TEST(ReferenceLowp, BackwardDeltaFromOutput) {
   }
 }
 
+// This backward's own roundings (backward_flash), from an O and LSE as a forward stores them (the
+// float64 forward's, O rounded to the dtype): its error against the float64 backward is of the
+// dtype's size, within the rule's 2x of the PyTorch form's, under causal + GQA + softcap and
+// with varlen (an empty sequence, a one-key sequence); its results are stored in the dtype.
+// With one key per row (P = 1, O = V) dP - D cancels: dQ is (near) 0, as the float64 backward's.
+// fp32 and fp8 are refused, and so are wrong sizes.
+TEST(ReferenceLowp, BackwardFlashEmulation) {
+  Problem causal = with_mask(dense_problem(2, 64, 80, 4, 2, 32), true, -1, -1);
+  Problem capped = dense_problem(1, 48, 48, 2, 1, 64);
+  capped.softcap = 5.0;
+  const Problem ragged = varlen_problem({30, 0, 17}, {45, 9, 1}, 2, 2, 32);
+  for (const Problem& p : {causal, capped, ragged}) {
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      const Tensors t = random_tensors(p, 221);
+      const std::vector<double> q = rounded(dt, t.q), k = rounded(dt, t.k), v = rounded(dt, t.v),
+                                dout = rounded(dt, t.dout);
+      const FwdResult fwd = forward(p, q, k, v);
+      const BwdResult ref = backward(p, q, k, v, dout);
+      const BwdResult torch_form = backward_lowp(p, q, k, v, dout, dt);
+      const BwdResult flash = backward_flash(p, q, k, v, dout, rounded(dt, fwd.out), fwd.lse, dt);
+      const std::pair<const char*, const std::vector<double>*> grads[] = {
+          {"dq", &flash.dq}, {"dk", &flash.dk}, {"dv", &flash.dv}};
+      const std::vector<double>* exact[] = {&ref.dq, &ref.dk, &ref.dv};
+      const std::vector<double>* torch[] = {&torch_form.dq, &torch_form.dk, &torch_form.dv};
+      for (int g = 0; g < 3; ++g) {
+        const std::vector<double>& got = *grads[g].second;
+        EXPECT_EQ(got, rounded(dt, got)) << grads[g].first;
+        const double e = rel_err(got, *exact[g]);
+        EXPECT_GT(e, 0.0) << grads[g].first;
+        EXPECT_LT(e, 2e-2) << grads[g].first;
+        const Comparison c = compare(got, *exact[g], *torch[g]);
+        EXPECT_TRUE(c.ok) << grads[g].first << " dtype " << int(dt) << ": " << c.describe();
+      }
+    }
+  }
+  const Problem one_key = dense_problem(1, 16, 1, 1, 1, 32);
+  const DType dt = DType::kBFloat16;
+  const Tensors t = random_tensors(one_key, 222);
+  const std::vector<double> q = rounded(dt, t.q), k = rounded(dt, t.k), v = rounded(dt, t.v),
+                            dout = rounded(dt, t.dout);
+  const FwdResult fwd = forward(one_key, q, k, v);
+  const BwdResult flash = backward_flash(one_key, q, k, v, dout, rounded(dt, fwd.out), fwd.lse, dt);
+  double largest = 0;
+  for (double x : flash.dq) largest = std::max(largest, std::fabs(x));
+  EXPECT_LT(largest, 1e-4);
+  EXPECT_THROW(backward_flash(one_key, q, k, v, dout, fwd.out, fwd.lse, DType::kFloat32), std::invalid_argument);
+  EXPECT_THROW(backward_flash(one_key, q, k, v, dout, fwd.out, fwd.lse, DType::kFloat8E4M3), std::invalid_argument);
+  EXPECT_THROW(backward_flash(one_key, q, k, v, dout, fwd.out, {}, dt), std::invalid_argument);
+}
+
 // ---- The accuracy rule --------------------------------------------------------------------
 
 struct RuleFixture {

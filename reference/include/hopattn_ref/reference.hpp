@@ -117,13 +117,30 @@ FwdResult forward_lowp(const Problem& p, const std::vector<double>& q, const std
 // Where dP - D cancels (rows with one or two keys) PyTorch's form rounds to exactly the same
 // terms and gets (nearly) 0 error, which a kernel taking D from O in a different order cannot
 // match; the mixed form's error there is dP's storage rounding instead, so a rule accepting
-// either form is loose in exactly those rows (session 32's random sweep; a baseline emulating
-// the whole algorithm would be tight there too).
+// either form is loose in exactly those rows (session 32's random sweep; backward_flash below
+// emulates the whole algorithm and is tight there too).
 enum class LowpDelta { kFromProbs, kFromOutput };
 BwdResult backward_lowp(const Problem& p, const std::vector<double>& q,
                         const std::vector<double>& k, const std::vector<double>& v,
                         const std::vector<double>& dout, hopattn::DType dt,
                         LowpDelta delta = LowpDelta::kFromProbs);
+
+// The backward as a FlashAttention-style kernel computes it (Algorithm 3 with this library's
+// roundings), from the O and LSE its forward stored (`out` packed, `lse` packed (nheads,
+// total_q), natural log): D = rowsum(dO * O) in fp32; per visible (row, key) the score
+// S = Q K^T (exact sum rounded to fp32), P = exp2(S * scale * log2(e) - LSE * log2(e)) in fp32
+// (with softcap t = tanh(S * scale / c), P = exp2(t * c * log2(e) - ...)), P rounded to dt for
+// dV = P^T dO; dP = dO V^T in fp32; dS = P_dt * (dP - D) in fp32 (softcap: times 1 - t^2 with
+// t recovered from P_dt), rounded to dt for dK = dS^T Q and dQ = dS K; the fp32 sums (modelled as
+// exact) times scale (dQ, dK) rounded to dt once, dK and dV summed over a GQA group first. A
+// kernel that computes this way differs from it only by its fp32 summation order and its
+// exp2 / tanh approximations, so its error against the float64 backward is this function's, up
+// to those: the baseline that also holds where dP - D cancels or a gradient sits at a rounding
+// midpoint of dt (the cases the naive forms above misjudge; tests/gpu/test_bwd.cpp).
+// dt: kFloat16 or kBFloat16 (throws otherwise).
+BwdResult backward_flash(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
+                         const std::vector<double>& v, const std::vector<double>& dout,
+                         const std::vector<double>& out, const std::vector<double>& lse, hopattn::DType dt);
 
 // Dense problems only (is_dense()): packed (nheads, total_q) <-> API (batch, nheads, seqlen_q).
 std::vector<double> lse_packed_to_dense(const Problem& p, const std::vector<double>& lse_packed);

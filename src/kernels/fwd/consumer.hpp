@@ -265,8 +265,9 @@ struct Consumer {
   // A tile's first block, narrow (T::kNarrowFirstBlock: this warpgroup's rows see none of its
   // keys past the first T::kNarrowKeys): S = Q K^T over those keys into an accumulator of their
   // width, mask and softmax as for any first block, and P in the first k16 slices of tOrP (the
-  // score accumulator's order is P's, so the narrow block's P is a prefix of the full one's), the
-  // others zero. 16-bit only: the descales are 1.
+  // score accumulator's order is P's, so the narrow block's P is a prefix of the full one's); the
+  // others zero where the block's P V reads them (experiment switch 1). 16-bit only: the
+  // descales are 1.
   template <class TQ, class TP>
   __device__ __forceinline__ void narrow_first_block(TQ tSrQ, TP& tOrP, const WindowMask<T::kBlockM, T::kBlockN>& mask,
                                                      const TileCoord& c, const SeqInfo& si, int n,
@@ -294,8 +295,10 @@ struct Consumer {
       constexpr int kCount = decltype(size(tSrS))::value;
       Tensor tOrP_narrow = make_tensor(tOrP.data(), make_layout(Int<kCount>{}));
       convert_into(tSrS, tOrP_narrow);
-      CUTE_UNROLL
-      for (int i = kCount; i < size(tOrP); ++i) tOrP(i) = typename T::Element(0.f);
+      if constexpr (!T::kNarrowFirstPv) {  // the block's P V runs over every key: the rest of P is 0
+        CUTE_UNROLL
+        for (int i = kCount; i < size(tOrP); ++i) tOrP(i) = typename T::Element(0.f);
+      }
     }
   }
 

@@ -117,12 +117,13 @@ struct FwdTraits {
   // tile's first key block (the last visible one: the diagonal block under a causal mask;
   // WindowMask::keys_hidden_from) runs that block narrow: S = Q K^T over those keys only
   // (MmaQKNarrow on SmemLayoutKNarrow), the mask and softmax over them, and O += P V over them
-  // (Consumer::mainloop). With 128 x 128 tiles under a causal mask that is warpgroup 0 of every
-  // tile: a quarter of the tile's diagonal work. kNarrowKeys is half the block rounded up to
+  // (Consumer::mainloop). With 128 x 128 tiles under a square causal mask that is warpgroup 0 of
+  // every tile: a quarter of the tile's diagonal work. kNarrowKeys is half the block rounded up to
   // whole k16 slices of P V (64 of 128, 48 of 96, 48 of 80). Measured (H100, perf-log session
   // 34, against the full block): d64 causal 512 / 1k / 2k / 8k +2.9 / +2.5 / +3.8 / +0.8%, d192
-  // causal 1k / 4k +2.4 / +0.7%; d96 causal 1k +0.7% but 4k -1.1%, d256 causal +0.0..0.5% and
-  // unmasked 1k -0.3%, d128's 128-key kernels 0.97-1.00 (causal 8k -2.7%): d64 and d192 only.
+  // causal 1k / 4k +2.4 / +0.7%; d96 causal 1k +0.7% but 4k -1.1%, d256 causal +0.0..0.7% and
+  // unmasked 1k -0.3%, d128 causal 1k-8k 1.005-0.985 and unmasked 2k 0.987 (where no block is
+  // narrow: the code shape's cost): d64 and d192 only.
   static constexpr int kNarrowKeys = (kBlockN_ / 2 + 15) / 16 * 16;
   static constexpr bool kNarrowFirstBlock =
       HOPATTN_EXP_NARROW_FIRST_BLOCK != 0 && kNarrowKeys < kBlockN_ && kIntraWgOverlap_ &&

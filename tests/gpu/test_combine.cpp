@@ -2,7 +2,7 @@
 // (rounded to float32, as a split-KV forward or a ring-attention step would store it) is merged on
 // the GPU and compared with the float64 forward over all keys. Empty splits carry NaN outputs,
 // which must never be read; outputs are poisoned before each run and two runs must give the same
-// bits.
+// bits, as must the general and the vectorized kernel (combine.cu).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -142,6 +142,18 @@ TEST_P(CombineTest, MatchesTheForwardOverAllKeys) {
   }
   run();
   EXPECT_TRUE(out.raw() == out_raw) << "out differs between two runs";
+
+  // Rows whose stride is not a multiple of 4 elements go to the general kernel instead of the
+  // vectorized one (combine.cu): the same bits either way.
+  const int64_t odd_row = int64_t(H) * D + c.row_pad + 2;
+  DeviceTensor out_general = DeviceTensor::make(c.out_dtype, {B, S, H, D}, {S * odd_row, odd_row, D, 1});
+  out_general.buf.poison();
+  CombineParams pg = p;
+  pg.out = out_general.view;
+  pg.lse = TensorView{};
+  run_combine(plan_combine(pg, query_device()), pg, nullptr);
+  HT_CUDA_CHECK(cudaDeviceSynchronize());
+  EXPECT_TRUE(out_general.download() == got) << "the general kernel's result differs from the vectorized one's";
 }
 
 std::vector<CombineCase> cases() {
@@ -161,6 +173,11 @@ std::vector<CombineCase> cases() {
   add([](CombineCase& c) { c.split_keys = {0, 0}; });  // no split saw a key
   add([](CombineCase& c) { c.split_keys = {77}; c.out_dtype = DType::kFloat32; });
   add([](CombineCase& c) { c.batch = 4; c.seqlen = 1; c.nheads = 8; c.split_keys = {1000, 1000, 1000, 24}; });  // decoding
+  add([](CombineCase& c) {  // 32 splits, the vectorized kernel's most, some empty
+    c.head_dim = 96;
+    for (int i = 0; i < 32; ++i) c.split_keys.push_back(i % 7 == 3 ? 0 : 2 + i);
+  });
+  add([](CombineCase& c) { c.head_dim = 42; c.split_keys = {30, 0, 50}; });  // columns not in fours: general kernel
   return v;
 }
 

@@ -674,8 +674,9 @@ TEST(ReferenceLowp, BackwardDeltaFromOutput) {
 
 // This backward's own roundings (backward_flash), from an O and LSE as a forward stores them (the
 // float64 forward's, O rounded to the dtype): its error against the float64 backward is of the
-// dtype's size, within the rule's 2x of the PyTorch form's, under causal + GQA + softcap and
-// with varlen (an empty sequence, a one-key sequence); its results are stored in the dtype.
+// dtype's size, within the rule's 2x of the PyTorch form's, under causal + GQA, softcap, varlen
+// (an empty sequence, a one-key sequence), rows without keys and a two-sided window; its results
+// are stored in the dtype.
 // With one key per row (P = 1, O = V) dP - D cancels: dQ is (near) 0, as the float64 backward's.
 // fp32 and fp8 are refused, and so are wrong sizes.
 TEST(ReferenceLowp, BackwardFlashEmulation) {
@@ -683,7 +684,9 @@ TEST(ReferenceLowp, BackwardFlashEmulation) {
   Problem capped = dense_problem(1, 48, 48, 2, 1, 64);
   capped.softcap = 5.0;
   const Problem ragged = varlen_problem({30, 0, 17}, {45, 9, 1}, 2, 2, 32);
-  for (const Problem& p : {causal, capped, ragged}) {
+  const Problem keyless_rows = with_mask(dense_problem(1, 40, 16, 2, 2, 32), true, -1, -1);  // rows 0-23
+  const Problem windowed = with_mask(dense_problem(1, 48, 64, 2, 2, 32), false, 10, 6);
+  for (const Problem& p : {causal, capped, ragged, keyless_rows, windowed}) {
     for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
       const Tensors t = random_tensors(p, 221);
       const std::vector<double> q = rounded(dt, t.q), k = rounded(dt, t.k), v = rounded(dt, t.v),

@@ -107,6 +107,21 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
   }
   DeviceBuffer fws(fplan.workspace_bytes), bws(bplan.workspace_bytes);
   run_fwd(fplan, f, fws.get(), fws.bytes(), nullptr);
+  HT_CUDA_CHECK(cudaDeviceSynchronize());
+  // The forward's O and LSE feed the backward and the third baseline below (ref::backward_flash):
+  // checked here by the forward's rule, so that a wrong O or LSE cannot pass unseen as the
+  // baseline's error; the backward must leave them, and q, as they are.
+  const std::vector<double> out_fwd = t.out.download();
+  const std::vector<double> lse_fwd = c.varlen() ? t.lse.download() : ref::lse_dense_to_packed(prob, t.lse.download());
+  const auto inputs_before = t.q.raw(), out_before = t.out.raw(), lse_before = t.lse.raw();
+  {
+    const ref::FwdResult fwant = ref::forward(prob, q, k, v);
+    const auto cmp = ref::compare(out_fwd, fwant.out, ref::forward_lowp(prob, q, k, v, c.dtype).out);
+    ASSERT_TRUE(cmp.ok) << "forward out: " << cmp.describe();
+    const auto cmp_lse = ref::compare_lse(lse_fwd, fwant.lse,
+                                          ref::lse_abs_tol(c.softcap, c.head_dim, ref::max_score_l1(prob, q, k)));
+    ASSERT_TRUE(cmp_lse.ok) << "forward lse: " << cmp_lse.describe();
+  }
   const auto run = [&] {
     t.dq.buf.poison();
     t.dk.buf.poison();
@@ -116,7 +131,6 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
     HT_CUDA_CHECK(cudaDeviceSynchronize());
   };
   run();
-  const auto inputs_before = t.q.raw();
   const ref::BwdResult want = ref::backward(prob, q, k, v, dout);
   // Within 2x of the error of a baseline in the input dtype: the PyTorch expression; the same
   // with D = rowsum(dO * O) taken from the stored O as this backward's preprocess does (they
@@ -126,8 +140,7 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
   // random sweep's rare failures of sessions 32-33).
   const ref::BwdResult lowp = ref::backward_lowp(prob, q, k, v, dout, c.dtype);
   const ref::BwdResult lowp_fa = ref::backward_lowp(prob, q, k, v, dout, c.dtype, ref::LowpDelta::kFromOutput);
-  const std::vector<double> lse_stored = c.varlen() ? t.lse.download() : ref::lse_dense_to_packed(prob, t.lse.download());
-  const ref::BwdResult flash = ref::backward_flash(prob, q, k, v, dout, t.out.download(), lse_stored, c.dtype);
+  const ref::BwdResult flash = ref::backward_flash(prob, q, k, v, dout, out_fwd, lse_fwd, c.dtype);
   const auto check = [](const char* name, const std::vector<double>& got, const std::vector<double>& exact,
                         const std::vector<double>& torch_form, const std::vector<double>& fa_form,
                         const std::vector<double>& flash_form) {
@@ -150,6 +163,8 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
     if (c.deterministic) EXPECT_TRUE(t.dq.raw() == dq0) << "dq differs in run " << r;
   }
   EXPECT_TRUE(t.q.raw() == inputs_before) << "q was modified";
+  EXPECT_TRUE(t.out.raw() == out_before) << "out was modified";
+  EXPECT_TRUE(t.lse.raw() == lse_before) << "lse was modified";
 }
 
 std::vector<BwdCase> coverage() {

@@ -173,7 +173,7 @@ std::vector<CombineCase> cases() {
   add([](CombineCase& c) { c.split_keys = {0, 0}; });  // no split saw a key
   add([](CombineCase& c) { c.split_keys = {77}; c.out_dtype = DType::kFloat32; });
   add([](CombineCase& c) { c.batch = 4; c.seqlen = 1; c.nheads = 8; c.split_keys = {1000, 1000, 1000, 24}; });  // decoding
-  add([](CombineCase& c) {  // 32 splits, the vectorized kernel's most, some empty
+  add([](CombineCase& c) {  // 32 splits: one whole chunk of the vectorized kernel, some empty
     c.head_dim = 96;
     for (int i = 0; i < 32; ++i) c.split_keys.push_back(i % 7 == 3 ? 0 : 2 + i);
   });

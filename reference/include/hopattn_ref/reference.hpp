@@ -133,10 +133,12 @@ BwdResult backward_lowp(const Problem& p, const std::vector<double>& q,
 // dV = P^T dO; dP = dO V^T in fp32; dS = P_dt * (dP - D) in fp32 (softcap: times 1 - t^2 with
 // t recovered from P_dt), rounded to dt for dK = dS^T Q and dQ = dS K; the fp32 sums (modelled as
 // exact) times scale (dQ, dK) rounded to dt once, dK and dV summed over a GQA group first. A
-// kernel that computes this way differs from it only by its fp32 summation order and its
-// exp2 / tanh approximations, so its error against the float64 backward is this function's, up
-// to those: the baseline that also holds where dP - D cancels or a gradient sits at a rounding
-// midpoint of dt (the cases the naive forms above misjudge; tests/gpu/test_bwd.cpp).
+// kernel that computes this way differs from it by its fp32 sums (order, the tensor cores'
+// truncation), its approximate exp2 / tanh / log2 / division, fused multiply-adds and flushed
+// denormals, all far below the 16-bit rounding of P and dS, so its error against the float64
+// backward is this function's, up to those: the baseline that also holds where dP - D cancels or
+// a gradient sits at a rounding midpoint of dt (the cases the naive forms above misjudge;
+// tests/gpu/test_bwd.cpp, which checks the O and LSE it passes here against the forward's rule).
 // dt: kFloat16 or kBFloat16 (throws otherwise).
 BwdResult backward_flash(const Problem& p, const std::vector<double>& q, const std::vector<double>& k,
                          const std::vector<double>& v, const std::vector<double>& dout,

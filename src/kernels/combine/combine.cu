@@ -11,7 +11,7 @@
 // has a kernel of its own, combine_vec_kernel: per chunk of 32 splits, lane i computes split i's
 // weight once and the column pass takes it by shuffle; columns move as float4s (128 per pass);
 // the loads of four splits are in flight together; the indices are 32-bit. It sums in the same
-// order as the general kernel, so both give the same bits (H100, perf-log session 34: 1.1-2.8
+// order as the general kernel, so both give the same bits (H100, perf-log session 34: 1.1-2.7
 // TB/s against the general kernel's 0.7-2.2).
 #include "kernels/combine/combine.hpp"
 

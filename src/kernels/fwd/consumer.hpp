@@ -28,6 +28,8 @@ namespace hopattn::kernels::fwd {
 
 // Named barrier ids used by the forward kernel (0 is __syncthreads).
 constexpr int kPingpongBarrierBase = 1;  // 1 + w: "warpgroup w may issue its GEMMs"
+// How much of a tile's first key block a consumer warpgroup computes (FwdTraits::kNarrowFirstBlock).
+constexpr int kFullBlock = 0, kNarrowBlock = 1, kEmptyBlock = 2;
 // (4 + w: the epilogue's staging buffer of warpgroup w, epilogue.hpp)
 
 // Issues one warpgroup-wide GEMM c (+)= a * b over the first kKSlices k slices (all by
@@ -228,16 +230,24 @@ struct Consumer {
     wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
     issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
   }
-  // narrow: the block was a narrow first block (T::kNarrowFirstPv): P V over its first
-  // T::kNarrowKeys keys.
+  // width: the block's width for this warpgroup, kFullBlock unless it was a tile's first block
+  // run narrow (T::kNarrowFirstPv: P V over its first T::kNarrowKeys keys) or empty
+  // (T::kEmptyFirstBlock: no GEMM, an empty batch, so that the waits count batches as always).
   template <class MmaPV, class TP, class TV, class TO>
-  __device__ __forceinline__ void issue_pv(MmaPV& mma_pv, TP& tOrP, TV& tOrVt, TO& tOrO, bool narrow = false) {
+  __device__ __forceinline__ void issue_pv(MmaPV& mma_pv, TP& tOrP, TV& tOrVt, TO& tOrO, int width = kFullBlock) {
     using namespace cute;
     wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
     constexpr int kNarrowSlices = T::kNarrowFirstPv ? T::kNarrowKeys / 16 : -1;  // k16 slices
     auto tOrVt_stage = tOrVt(_, _, _, v_pipe.stage);
-    if (T::kNarrowFirstPv && narrow) issue_wgmma<false, true, kNarrowSlices>(mma_pv, tOrP, tOrVt_stage, tOrO);
-    else issue_wgmma<false, true>(mma_pv, tOrP, tOrVt_stage, tOrO);
+    if (T::kEmptyFirstBlock && width == kEmptyBlock) {
+      // One k16 slice of zero P: O += 0. A batch without a GEMM left O's registers defined by the
+      // fences alone on that path, and ptxas serialized every WGMMA of the kernel (C7515).
+      issue_wgmma<false, true, 1>(mma_pv, tOrP, tOrVt_stage, tOrO);
+    } else if (T::kNarrowFirstPv && width == kNarrowBlock) {
+      issue_wgmma<false, true, kNarrowSlices>(mma_pv, tOrP, tOrVt_stage, tOrO);
+    } else {
+      issue_wgmma<false, true>(mma_pv, tOrP, tOrVt_stage, tOrO);
+    }
   }
   // Tile n's K and V descales, stored by the producer next to the K stage just waited for; read
   // before that stage is released (FP8 only).
@@ -260,6 +270,21 @@ struct Consumer {
   __device__ __forceinline__ void release_q() {
     release(smem.q_empty[q_pipe.stage]);
     q_pipe.advance();
+  }
+
+  // A tile's first block that this warpgroup's rows see no key of (T::kEmptyFirstBlock): its turn
+  // for the GEMM token and its K stage pass without a GEMM; the softmax has seen no key yet (row
+  // maxima -inf, sums 0), as after a fully masked block; its P V is one k16 slice of zeros.
+  template <class TP>
+  __device__ __forceinline__ void empty_first_block(TP& tOrP) {
+    CUTE_UNROLL
+    for (int i = 0; i < 8; ++i) tOrP(i) = typename T::Element(0.f);  // the first k16 slice
+    pingpong.acquire();
+    wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
+    pingpong.hand_over();
+    timeline.mark(kFirstScoresIssued);
+    timeline.mark(kFirstScoresDone);
+    release_k();
   }
 
   // A tile's first block, narrow (T::kNarrowFirstBlock: this warpgroup's rows see none of its
@@ -469,10 +494,14 @@ struct Consumer {
       // the issue to P: where the two forms met with S still in flight, ptxas copied the
       // accumulator at the join and had to wait for the GEMM there (C7517).
       bool lost;  // never on a tile's first block
-      bool narrow = false;
-      if constexpr (T::kNarrowFirstBlock)
-        narrow = mask.keys_hidden_from(c.m_block, pingpong.wg, n_end - 1, T::kNarrowKeys);
-      if (narrow) {
+      int width = kFullBlock;
+      if constexpr (T::kNarrowFirstBlock) {
+        if (T::kEmptyFirstBlock && mask.keys_hidden_from(c.m_block, pingpong.wg, n_end - 1, 0)) width = kEmptyBlock;
+        else if (mask.keys_hidden_from(c.m_block, pingpong.wg, n_end - 1, T::kNarrowKeys)) width = kNarrowBlock;
+      }
+      if (T::kEmptyFirstBlock && width == kEmptyBlock) {
+        empty_first_block(tOrP);
+      } else if (width == kNarrowBlock) {
         narrow_first_block(q_at(n_end - 1), tOrP, mask, c, si, n_end - 1, softmax, o_scale);
       } else {
         Tensor tSrS = scores();
@@ -491,7 +520,7 @@ struct Consumer {
         convert_p(tSrS, tOrP);
       }
       bool softmax_moved = false;  // the first block's P V adds to a zero O
-      bool pv_narrow = narrow;     // the P V to issue next is the narrow block's
+      int pv_width = width;        // the width of the block whose P V is issued next
       // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
       // Q K^T of block n runs: the multiply leaves the softmax window between the GEMMs.
       float v_ratio = 1.f;
@@ -501,8 +530,8 @@ struct Consumer {
         auto tSrQ = q_at(n);
         issue_scores(mma_qk, tSrQ, tSrK, tSrS_next);
         rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
-        issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_narrow);
-        pv_narrow = false;
+        issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_width);
+        pv_width = kFullBlock;
         pingpong.hand_over();
         if (n == n_end - 2) timeline.mark(kFirstPvIssued);
         read_key_descales(k_scale, v_block);
@@ -533,7 +562,7 @@ struct Consumer {
       release_q();  // every Q K^T of this tile has completed
       pingpong.acquire();
       rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
-      issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_narrow);
+      issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_width);
       pingpong.hand_over();
       timeline.mark(kLastPvIssued);
       warpgroup_wait<0>();

@@ -29,6 +29,10 @@
 #ifndef HOPATTN_EXP_NARROW_FIRST_BLOCK
 #define HOPATTN_EXP_NARROW_FIRST_BLOCK 2
 #endif
+// Experiment switch for FwdTraits::kEmptyFirstBlock: 1 on (where kNarrowFirstBlock is), 0 off.
+#ifndef HOPATTN_EXP_EMPTY_FIRST_BLOCK
+#define HOPATTN_EXP_EMPTY_FIRST_BLOCK 1
+#endif
 
 namespace hopattn::kernels::fwd {
 
@@ -129,6 +133,12 @@ struct FwdTraits {
       HOPATTN_EXP_NARROW_FIRST_BLOCK != 0 && kNarrowKeys < kBlockN_ && kIntraWgOverlap_ &&
       (kHeadDim_ == 64 || kHeadDim_ == 192 || HOPATTN_EXP_NARROW_FIRST_BLOCK == 3);
   static constexpr bool kNarrowFirstPv = kNarrowFirstBlock && HOPATTN_EXP_NARROW_FIRST_BLOCK >= 2;
+  // A warpgroup whose rows see no key of that block at all (d64's 192-row tiles: warpgroups 0 and 1
+  // of every other causal tile; d192 at times) skips it: no S GEMM, no softmax, a P V of one k16
+  // slice of zeros (Consumer::empty_first_block). Measured against narrow blocks alone (H100,
+  // perf-log session 34): d64 causal 2k / 4k / 8k +1.9 / +1.9 / +1.0%, 1k 0.999 (its 128-row
+  // kernel has no such warpgroup), d192 causal 1k / 4k +0.5 / +0.1%.
+  static constexpr bool kEmptyFirstBlock = kNarrowFirstPv && HOPATTN_EXP_EMPTY_FIRST_BLOCK != 0;
   using MmaQKNarrow = decltype(make_tiled_mma(
       GMMA::ss_op_selector<Element, Element, float, Shape<_64, Int<kNarrowKeys>, Int<kHeadDim>>>(),
       ConsumerAtoms{}));

@@ -39,6 +39,7 @@ struct FwdFp8Traits {
   static constexpr bool kSoftmaxUnderOwnPv = false;
   static constexpr bool kNarrowFirstBlock = false;  // traits.hpp (16-bit only: P's e4m3 keys are permuted)
   static constexpr bool kNarrowFirstPv = false;
+  static constexpr bool kEmptyFirstBlock = false;
   static constexpr int kNarrowKeys = kBlockN_;
   // d = 256: wait for P V of the previous block before the softmax rather than after it, so that
   // the V^T slot is released a softmax earlier (its two ring stages leave the transposers about

@@ -232,7 +232,7 @@ struct Consumer {
   }
   // width: the block's width for this warpgroup, kFullBlock unless it was a tile's first block
   // run narrow (T::kNarrowFirstPv: P V over its first T::kNarrowKeys keys) or empty
-  // (T::kEmptyFirstBlock: no GEMM, an empty batch, so that the waits count batches as always).
+  // (T::kEmptyFirstBlock: one k16 slice of zero P, a batch like any other for the waits).
   template <class MmaPV, class TP, class TV, class TO>
   __device__ __forceinline__ void issue_pv(MmaPV& mma_pv, TP& tOrP, TV& tOrVt, TO& tOrO, int width = kFullBlock) {
     using namespace cute;
@@ -490,18 +490,18 @@ struct Consumer {
     float v_units = 1.f;  // the V descale O is expressed in (FP8 block descales)
 
     if constexpr (T::kIntraWgOverlap) {
-      // First block: S only. A narrow one (T::kNarrowFirstBlock) has a branch of its own from
-      // the issue to P: where the two forms met with S still in flight, ptxas copied the
-      // accumulator at the join and had to wait for the GEMM there (C7517).
+      // First block: S only. A narrow or empty one (T::kNarrowFirstBlock, T::kEmptyFirstBlock)
+      // has a branch of its own from the issue to P: where the forms met with S still in flight,
+      // ptxas copied the accumulator at the join and had to wait for the GEMM there (C7517).
       bool lost;  // never on a tile's first block
-      int width = kFullBlock;
+      int pv_width = kFullBlock;  // the width of the block whose P V is issued next
       if constexpr (T::kNarrowFirstBlock) {
-        if (T::kEmptyFirstBlock && mask.keys_hidden_from(c.m_block, pingpong.wg, n_end - 1, 0)) width = kEmptyBlock;
-        else if (mask.keys_hidden_from(c.m_block, pingpong.wg, n_end - 1, T::kNarrowKeys)) width = kNarrowBlock;
+        if (T::kEmptyFirstBlock && mask.keys_hidden_from(c.m_block, pingpong.wg, n_end - 1, 0)) pv_width = kEmptyBlock;
+        else if (mask.keys_hidden_from(c.m_block, pingpong.wg, n_end - 1, T::kNarrowKeys)) pv_width = kNarrowBlock;
       }
-      if (T::kEmptyFirstBlock && width == kEmptyBlock) {
+      if (T::kEmptyFirstBlock && pv_width == kEmptyBlock) {
         empty_first_block(tOrP);
-      } else if (width == kNarrowBlock) {
+      } else if (pv_width == kNarrowBlock) {
         narrow_first_block(q_at(n_end - 1), tOrP, mask, c, si, n_end - 1, softmax, o_scale);
       } else {
         Tensor tSrS = scores();
@@ -520,7 +520,6 @@ struct Consumer {
         convert_p(tSrS, tOrP);
       }
       bool softmax_moved = false;  // the first block's P V adds to a zero O
-      int pv_width = width;        // the width of the block whose P V is issued next
       // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
       // Q K^T of block n runs: the multiply leaves the softmax window between the GEMMs.
       float v_ratio = 1.f;

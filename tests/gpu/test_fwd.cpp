@@ -185,6 +185,19 @@ std::vector<FwdCase> coverage() {
   // tiles whose boxes would cross into the next sequence (register stores).
   add([](FwdCase& c) { c.seqlen_q = 700; c.seqlen_k = 700; c.causal = true; c.max_ctas = 3; });
   add([](FwdCase& c) { c.head_dim = 96; c.varlen_q = {129, 300, 17, 250}; c.varlen_k = {400, 300, 260, 0}; c.max_ctas = 2; });
+  // The kernels with one Q buffer (d128's 176-key kernel, d192, d256) with many tiles per CTA,
+  // varlen sequences, one without keys (no Q is loaded for its tiles) and one of 17 rows (the second
+  // warpgroup idles). Added for an epilogue that staged O in that buffer (session 35, not adopted:
+  // docs/experiments/fwd-output-staged-in-q.patch); they cover the register epilogue as well.
+  add([](FwdCase& c) { c.head_dim = 256; c.varlen_q = {129, 300, 17, 250}; c.varlen_k = {400, 300, 260, 0}; c.max_ctas = 2; });
+  add([](FwdCase& c) { c.head_dim = 192; c.seqlen_q = 700; c.seqlen_k = 700; c.causal = true; c.max_ctas = 3; });
+  add([](FwdCase& c) {
+    c.force_kernel = "fwd_sm90_bf16_hd128";
+    c.varlen_q = {129, 300, 17, 250};
+    c.varlen_k = {400, 300, 260, 0};
+    c.causal = true;
+    c.max_ctas = 2;
+  });
   add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128_masked"; c.seqlen_q = 333; c.seqlen_k = 517; });
   add([](FwdCase& c) { c.force_kernel = "fwd_sm90_bf16_hd128"; c.seqlen_q = 1000; c.seqlen_k = 1000; c.causal = true; });
   add([](FwdCase& c) { c.l2_section_pairs = 1; c.batch = 3; c.seqlen_q = 700; c.causal = true; });

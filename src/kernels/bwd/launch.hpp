@@ -128,13 +128,17 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   // sections; 2 or 4 pairs measured the same, perf-log sessions 10 and 11). With a causal or
   // windowed mask the key blocks differ in length and the early ones are the longest: a section of
   // several pairs starts the longest blocks of all its heads first (LPT): 16 pairs, 8 for the
-  // 64-key tiles of head dims 192 and 256 beyond 2048 keys, and a problem of at most 4 waves of
-  // tiles is one section (LPT over all of it, so that its last tiles are the shortest). Measured
+  // 64-key tiles of head dims 192 and 256 (with GQA/MQA only beyond 2048 keys), and a problem of
+  // at most 4 waves of tiles is one section (LPT over all of it, so that its last tiles are the
+  // shortest). Measured
   // on an H200 (session 11, sizes alternating in one process) against the earlier rule (as many
   // pairs as fill half of L2 with Q and dO: 47 at d128 1k, 6 at 8k): +3..6% at d64 and d128
   // causal 1k-8k, +15% with GQA 4 at d64 4k, +18% with GQA 8 at d128 4k (256 tiles: one
-  // section); at d256 4k-8k 16 pairs lost 5% to 8 and 4. Sizing by what fits in L2 was worse
-  // with GQA (6 pairs: -13% at d64 GQA 4 4k). One pair per section lost 3-5% (session 10).
+  // section); at d256 4k-8k 16 pairs lost 5% to 8 and 4. On an H100 (session 35, causal, 8
+  // pairs against 16): d256 512 / 1k / 2k +1.7 / +4.9 / +4.6%, d192 +1.2 / +0.7 / +3.9%, but
+  // with GQA 0.82 (d256, 4 query heads per KV head, 1k) and 0.85 (d192, 5, 1k); at d64 and
+  // d128 smaller sections won at some lengths and lost at others. Sizing by what fits in L2 was
+  // worse with GQA (6 pairs: -13% at d64 GQA 4 4k). One pair per section lost 3-5% (session 10).
   // Deterministic mode keeps the half-of-L2 sections: its adds into a query block go in key-block
   // order, so key blocks of one head that run side by side wait for each other at every step
   // (one-pair sections: 0.18x of the default at d64 1k, session 10; 16 pairs: 0.5x causal 1k).
@@ -145,7 +149,8 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
     p.heads_per_l2_section = int(std::min<int64_t>(pairs, fit));
   } else if (a.has_window()) {
     const bool few_waves = num_tiles <= 4 * int64_t(std::max(a.num_sms, 1));
-    const int64_t section = T::kBlockN < 128 && a.seqlen_k > 2048 ? 8 : 16;
+    const bool wide_tiles = T::kBlockN < 128;
+    const int64_t section = wide_tiles && (a.seqlen_k > 2048 || a.nheads == a.nheads_k) ? 8 : 16;
     p.heads_per_l2_section = int(few_waves ? pairs : std::min(pairs, section));
   } else {
     p.heads_per_l2_section = 1;

@@ -135,10 +135,12 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   // pairs as fill half of L2 with Q and dO: 47 at d128 1k, 6 at 8k): +3..6% at d64 and d128
   // causal 1k-8k, +15% with GQA 4 at d64 4k, +18% with GQA 8 at d128 4k (256 tiles: one
   // section); at d256 4k-8k 16 pairs lost 5% to 8 and 4. On an H100 (session 35, causal, 8
-  // pairs against 16): d256 512 / 1k / 2k +1.7 / +4.9 / +4.6%, d192 +1.2 / +0.7 / +3.9%, but
-  // with GQA 0.82 (d256, 4 query heads per KV head, 1k) and 0.85 (d192, 5, 1k); at d64 and
-  // d128 smaller sections won at some lengths and lost at others. Sizing by what fits in L2 was
-  // worse with GQA (6 pairs: -13% at d64 GQA 4 4k). One pair per section lost 3-5% (session 10).
+  // pairs against 16): d256 512 / 1k / 2k +1.7 / +4.9 / +4.6%, d192 +1.2 / +0.7 / +3.9%; at d64
+  // and d128 smaller sections won at some lengths and lost at others, and with GQA they lost at
+  // d64/d128, so GQA keeps the earlier rule (not measured with 8 pairs at d192/d256; there the
+  // one-section rule of a few waves read 0.82-0.85 of 16 pairs at 1k: a lead, not changed).
+  // Sizing by what fits in L2 was worse with GQA (6 pairs: -13% at d64 GQA 4 4k). One pair per
+  // section lost 3-5% (session 10).
   // Deterministic mode keeps the half-of-L2 sections: its adds into a query block go in key-block
   // order, so key blocks of one head that run side by side wait for each other at every step
   // (one-pair sections: 0.18x of the default at d64 1k, session 10; 16 pairs: 0.5x causal 1k).

@@ -7,7 +7,9 @@ Implementations (same inputs, same process, interleaved shape by shape):
   hopattn  hopattn.flash_attn_func (FlashAttention-3's signature)
 
 Grid: batch * seqlen = 16384 tokens, hidden 2048 (nheads = 2048 / hdim), q/k/v (B, S, H, D)
-random normal. FLOPs: forward 4 * S^2 * D * H * B, halved when causal; backward 2.5 x forward.
+random normal. --kv-group G gives K and V nheads / G heads (GQA); the SDPA peers take them with
+enable_gqa=True where their backend accepts it, else K and V repeated to nheads inside the timed
+call (a record's "peer_gqa" says which). FLOPs: forward 4 * S^2 * D * H * B, halved when causal; backward 2.5 x forward.
 Timing: triton.testing.do_bench(..., return_mode="median"), which clears L2 before every rep.
 Forward is timed under torch.no_grad(); backward alone is timed as
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) on a graph built once.
@@ -52,6 +54,11 @@ class Shape:
     hdim: int
     causal: bool
     seqlen: int
+    kv_group: int = 1  # query heads per K/V head
+
+    @property
+    def nheads_k(self) -> int:
+        return self.nheads // self.kv_group
 
     @property
     def batch(self) -> int:
@@ -112,6 +119,8 @@ class SdpaImpl(Impl):
     def __init__(self, name: str, backend: SDPBackend):
         self.name = name
         self.backend = backend
+        self.gqa_native = {}  # (shapes, causal, grad) -> whether enable_gqa ran
+        self.gqa_mode = None  # of the last GQA call: "native" or "expanded"
 
     def context(self):
         return sdpa_kernel(self.backend)
@@ -119,8 +128,24 @@ class SdpaImpl(Impl):
     def forward(self, q, k, v, causal: bool):
         # SDPA wants (B, H, S, D): transposed views of the BSHD inputs, no copies by us. Both
         # backends accept them as they are (last dim contiguous), so no copy happens inside.
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if k.shape[1] == q.shape[1]:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        key = (q.shape, k.shape, causal, torch.is_grad_enabled())
+        if self.gqa_native.get(key, True):
+            try:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+                self.gqa_native[key], self.gqa_mode = True, "native"
+                return out
+            except RuntimeError as exc:
+                if _is_cuda_fault(exc) or key in self.gqa_native:
+                    raise
+                self.gqa_native[key] = False
+        # The backend has no GQA: K and V repeated per query head, as its users would have to.
+        self.gqa_mode = "expanded"
+        group = q.shape[1] // k.shape[1]
         return F.scaled_dot_product_attention(
-            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal
+            q, k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1), is_causal=causal
         )
 
     def unavailable_reason(self, exc):
@@ -323,7 +348,7 @@ def make_record(gpu, impl, direction, dtype, shape: Shape, result) -> dict:
     rec = {
         "gpu": gpu, "impl": impl, "direction": direction, "dtype": dtype, "hdim": shape.hdim,
         "causal": shape.causal, "seqlen": shape.seqlen, "batch": shape.batch,
-        "nheads": shape.nheads, "nheads_k": shape.nheads,
+        "nheads": shape.nheads, "nheads_k": shape.nheads_k,
     }
     if isinstance(result, Unavailable):
         rec.update(ms=None, tflops=None, error=str(result))
@@ -393,6 +418,7 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--warmup-ms", type=float, default=25.0, help="do_bench warmup (ms)")
     p.add_argument("--rep-ms", type=float, default=100.0, help="do_bench rep (ms)")
+    p.add_argument("--kv-group", type=int, default=1, help="query heads per K/V head (GQA; 1: MHA)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None,
                    help="JSON path (default bench/results/<date>-<gpu>.json)")
@@ -409,6 +435,9 @@ def parse_args(argv=None):
     for h in args.hdims:
         if h <= 0 or h > HIDDEN:  # d192: HIDDEN // 192 = 10 heads
             p.error(f"--hdims: {h} is not in [1, {HIDDEN}]")
+    for h in args.hdims:
+        if args.kv_group <= 0 or (HIDDEN // h) % args.kv_group:
+            p.error(f"--kv-group: {args.kv_group} does not divide the {HIDDEN // h} heads of hdim {h}")
     for s in args.seqlens:
         if s <= 0 or TOKENS % s:
             p.error(f"--seqlens: {s} does not divide {TOKENS}")
@@ -427,9 +456,11 @@ def main(argv=None) -> int:
     timer, timer_desc = make_timer(args.warmup_ms, args.rep_ms)
     impls = make_impls(args.impls)
     causals = {"both": [False, True], "no": [False], "yes": [True]}[args.causal]
-    shapes = [Shape(h, c, s) for h in args.hdims for c in causals for s in args.seqlens]
+    shapes = [Shape(h, c, s, args.kv_group) for h in args.hdims for c in causals for s in args.seqlens]
 
     print(f"# {gpu}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; {timer_desc}")
+    if args.kv_group > 1:
+        print(f"# GQA: {args.kv_group} query heads per K/V head")
     for impl in impls:
         if isinstance(impl, MissingImpl):
             print(f"# {impl.name}: unavailable ({impl.reason})")
@@ -438,13 +469,16 @@ def main(argv=None) -> int:
     failures = 0
     try:
         for shape in shapes:
-            size = (shape.batch, shape.seqlen, shape.nheads, shape.hdim)
-            q, k, v = (torch.randn(size, device="cuda", dtype=dtype) for _ in range(3))
+            q = torch.randn(shape.batch, shape.seqlen, shape.nheads, shape.hdim, device="cuda", dtype=dtype)
+            k, v = (torch.randn(shape.batch, shape.seqlen, shape.nheads_k, shape.hdim, device="cuda", dtype=dtype)
+                    for _ in range(2))
             for impl in impls:
                 for direction in args.directions:
                     result = measure(impl, direction, q, k, v, shape.causal, timer)
                     failures += isinstance(result, Failed)
                     rec = make_record(gpu, impl.name, direction, args.dtype, shape, result)
+                    if shape.kv_group > 1 and isinstance(impl, SdpaImpl) and rec["tflops"] is not None:
+                        rec["peer_gqa"] = impl.gqa_mode
                     records.append(rec)
                     shown = "n/a" if rec["tflops"] is None else f"{rec['tflops']:7.1f} TFLOP/s"
                     print(f"  hdim {shape.hdim:3d} causal {int(shape.causal)} seqlen {shape.seqlen:5d} "

@@ -224,6 +224,8 @@ std::vector<BwdCase> coverage() {
   // tile decode divides by separately (fwd::TileDivisors); also in the deterministic order.
   add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 4; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.causal = true; c.head_dim = 64; });
   add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 2; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.deterministic = true; });
+  // The same partial last section in the 64-key tiles of d256 with GQA (sections of 2..8 pairs there).
+  add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.causal = true; c.head_dim = 256; });
   add([](BwdCase& c) { c.head_dim = 192; c.window_left = 100; c.window_right = 30; c.seqlen_q = 500; c.seqlen_k = 700; });
   add([](BwdCase& c) { c.head_dim = 256; c.softcap = 5.f; c.causal = true; c.seqlen_q = 300; });
   add([](BwdCase& c) { c.head_dim = 192; c.row_pad = 8; c.seqlen_q = 190; c.seqlen_k = 257; });

@@ -16,6 +16,7 @@
 #include "api/cuda_check.hpp"
 #include "hopattn/error.hpp"
 #include "kernels/bwd/kernel.hpp"
+#include "kernels/bwd/l2_sections.hpp"
 #include "kernels/bwd/postprocess.hpp"
 #include "kernels/bwd/preprocess.hpp"
 #include "kernels/bwd/workspace.hpp"
@@ -124,23 +125,8 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   // rows. Without a mask all key blocks take equally long: one (KV head, batch) pair per L2
   // section, so the key blocks of a head run side by side, walk the query blocks together (from
   // different starts where the walk is rotated, schedule.hpp) and share each Q/dO load and
-  // dq_accum line in L2 (+5..10% at d128 1k-8k against many-head
-  // sections; 2 or 4 pairs measured the same, perf-log sessions 10 and 11). With a causal or
-  // windowed mask the key blocks differ in length and the early ones are the longest: a section of
-  // several pairs starts the longest blocks of all its heads first (LPT): 16 pairs, 8 for the
-  // 64-key tiles of head dims 192 and 256 (with GQA/MQA only beyond 2048 keys), and a problem of
-  // at most 4 waves of tiles is one section (LPT over all of it, so that its last tiles are the
-  // shortest). Measured
-  // on an H200 (session 11, sizes alternating in one process) against the earlier rule (as many
-  // pairs as fill half of L2 with Q and dO: 47 at d128 1k, 6 at 8k): +3..6% at d64 and d128
-  // causal 1k-8k, +15% with GQA 4 at d64 4k, +18% with GQA 8 at d128 4k (256 tiles: one
-  // section); at d256 4k-8k 16 pairs lost 5% to 8 and 4. On an H100 (session 35, causal, 8
-  // pairs against 16): d256 512 / 1k / 2k +1.7 / +4.9 / +4.6%, d192 +1.2 / +0.7 / +3.9%; at d64
-  // and d128 smaller sections won at some lengths and lost at others, and with GQA they lost at
-  // d64/d128, so GQA keeps the earlier rule (not measured with 8 pairs at d192/d256; there the
-  // one-section rule of a few waves read 0.82-0.85 of 16 pairs at 1k: a lead, not changed).
-  // Sizing by what fits in L2 was worse with GQA (6 pairs: -13% at d64 GQA 4 4k). One pair per
-  // section lost 3-5% (session 10).
+  // dq_accum line in L2 (+5..10% at d128 1k-8k against many-head sections; 2 or 4 pairs measured
+  // the same, perf-log sessions 10 and 11). With a mask: l2_sections.hpp.
   // Deterministic mode keeps the half-of-L2 sections: its adds into a query block go in key-block
   // order, so key blocks of one head that run side by side wait for each other at every step
   // (one-pair sections: 0.18x of the default at d64 1k, session 10; 16 pairs: 0.5x causal 1k).
@@ -150,10 +136,7 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
     const int64_t fit = std::max<int64_t>(1, int64_t(0.5 * fwd::l2_cache_bytes() / qdo_bytes_per_kv_head));
     p.heads_per_l2_section = int(std::min<int64_t>(pairs, fit));
   } else if (a.has_window()) {
-    const bool few_waves = num_tiles <= 4 * int64_t(std::max(a.num_sms, 1));
-    const bool wide_tiles = T::kBlockN < 128;
-    const int64_t section = wide_tiles && (a.seqlen_k > 2048 || a.nheads == a.nheads_k) ? 8 : 16;
-    p.heads_per_l2_section = int(few_waves ? pairs : std::min(pairs, section));
+    p.heads_per_l2_section = int(bwd_masked_section_pairs(pairs, num_n_blocks, T::kBlockN, a.num_sms));
   } else {
     p.heads_per_l2_section = 1;
   }

@@ -1,0 +1,37 @@
+// How many (KV head, batch) pairs one L2 section of the backward's tile order holds
+// (schedule.hpp) for a causal or windowed mask. Host code without CUDA types, so that the CPU
+// tests check the rule.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace hopattn::kernels::bwd {
+
+// Every key tile of a KV head reads its whole group's Q and dO and adds into the group's dq_accum
+// rows. Under a mask the tiles differ in length and a section is run longest tile first (LPT):
+//  * At most two waves of tiles: the whole problem is one section, so that LPT balances all of it
+//    (+18% at d128 with 8 query heads per KV head, 4k, 256 tiles; session 11, H200). Up to 4
+//    waves (session 11's rule) lost to 16-pair sections: d128 with 4 query heads per KV head,
+//    causal 1k / 2k (512 tiles): +17% / +4% with this rule (session 36, H100).
+//  * 64-key tiles (head dims 192 and 256): about one wave of tiles per section, 2 to 8 pairs.
+//    These tiles are bound by L2 traffic (the dQ reduce-adds, Q and dO); a wave's tiles drawn
+//    from few heads share it, and with GQA a pair's tiles each read the whole group's Q and dO.
+//    Measured on an H100 (session 36, in one process) against the earlier rule (8 pairs, and
+//    problems of up to 4 waves one section): with 4-5 query heads per KV head, causal, 512-4k,
+//    +23..63%; without GQA 0.98-1.0 at 512-4k and windows, +3..7% at 8k-16k.
+//  * 128-key tiles (head dims 64..128): 16 pairs. With GQA smaller sections lost 5..9% (session
+//    36); without GQA the best size moved with the length and the head dim by a few percent.
+inline int64_t bwd_masked_section_pairs(int64_t pairs, int64_t n_blocks, int64_t block_n, int64_t num_sms) {
+  constexpr int64_t kWideTileKeys = 64, kMinWidePairs = 2, kMaxWidePairs = 8, kNarrowTilePairs = 16;
+  constexpr int64_t kOneSectionWaves = 2;
+  num_sms = std::max<int64_t>(num_sms, 1);
+  n_blocks = std::max<int64_t>(n_blocks, 1);
+  pairs = std::max<int64_t>(pairs, 1);
+  if (pairs * n_blocks <= kOneSectionWaves * num_sms) return pairs;
+  const int64_t section =
+      block_n <= kWideTileKeys ? std::clamp(num_sms / n_blocks, kMinWidePairs, kMaxWidePairs) : kNarrowTilePairs;
+  return std::min(pairs, section);
+}
+
+}  // namespace hopattn::kernels::bwd

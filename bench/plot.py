@@ -42,9 +42,9 @@ def _is_plain_grid_record(r: dict) -> bool:
 
 
 def normalize(raw: dict) -> list:
-    """Records {impl, direction, dtype, hdim, causal, seqlen, tflops, gpu} from any known format."""
+    """Records {impl, direction, dtype, hdim, causal, seqlen, tflops, gpu, nheads, nheads_k} from any known format."""
     base = {"hdim": raw["hdim"], "causal": bool(raw["causal"]), "seqlen": raw["seqlen"],
-            "gpu": raw.get("gpu", "")}
+            "gpu": raw.get("gpu", ""), "nheads": raw.get("nheads"), "nheads_k": raw.get("nheads_k")}
     if "direction" in raw:  # hopattn-bench / peers.py
         if not _is_plain_grid_record(raw):
             return []
@@ -144,7 +144,9 @@ def plot_direction(records: list, direction: str, dtype: str, out_path: Path) ->
     height = fig.get_figheight()  # inches; title and legend take the top 0.8 inch
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[label]) for label in labels]
     gpus = ", ".join(sorted({r["gpu"] for r in records if r["gpu"]}))
-    fig.suptitle(f"Attention {'forward' if direction == 'fwd' else 'backward'} speed, {dtype}"
+    groups = sorted({r["nheads"] // r["nheads_k"] for r in records if r.get("nheads") and r.get("nheads_k")})
+    gqa = f", GQA ({'/'.join(map(str, groups))} query heads per K/V head)" if groups and groups != [1] else ""
+    fig.suptitle(f"Attention {'forward' if direction == 'fwd' else 'backward'} speed, {dtype}{gqa}"
                  + (f" ({gpus})" if gpus else ""), y=1 - 0.05 / height, va="top", fontsize=12)
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 5), fontsize=9,
                bbox_to_anchor=(0.5, 1 - 0.35 / height), frameon=False)

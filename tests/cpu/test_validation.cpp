@@ -221,23 +221,26 @@ TEST(L2Sections, ShortKeysTakeEightHeadsLongKeysFillHalfOfL2) {
 }
 
 // The backward's L2 sections under a mask (kernels/bwd/l2_sections.hpp): two waves of tiles or
-// fewer are one section; 64-key tiles take about one wave of tiles per section (2 to 8 pairs),
-// 128-key tiles 16 pairs.
+// fewer are one section; 64-key tiles take about one wave of tiles per section (at most 8 pairs,
+// at least 2 without GQA, 1 with it), 128-key tiles 16 pairs.
 TEST(L2Sections, BackwardMaskedSections) {
   using hopattn::kernels::bwd::bwd_masked_section_pairs;
   constexpr int64_t kSms = 132;
-  EXPECT_EQ(bwd_masked_section_pairs(32, 8, 64, kSms), 32);     // 256 tiles: one section
-  EXPECT_EQ(bwd_masked_section_pairs(33, 8, 64, kSms), 33);     // 264 tiles: still two waves
-  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, kSms), 8);      // d256 512 keys: at most 8 pairs
-  EXPECT_EQ(bwd_masked_section_pairs(32, 16, 64, kSms), 8);     // d256 1k
-  EXPECT_EQ(bwd_masked_section_pairs(16, 32, 64, kSms), 4);     // d256 2k
-  EXPECT_EQ(bwd_masked_section_pairs(8, 64, 64, kSms), 2);      // d256 4k
-  EXPECT_EQ(bwd_masked_section_pairs(8, 256, 64, kSms), 2);     // 16k: at least 2 pairs
-  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms), 16);    // d128 1k, 512 tiles
-  EXPECT_EQ(bwd_masked_section_pairs(16, 32, 128, kSms), 16);   // d128 4k
-  EXPECT_EQ(bwd_masked_section_pairs(4, 128, 128, kSms), 4);    // fewer pairs than a section
-  EXPECT_EQ(bwd_masked_section_pairs(1, 4096, 64, kSms), 1);    // one pair
-  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, 0), 2);         // unknown SM count: no division by zero
+  EXPECT_EQ(bwd_masked_section_pairs(32, 8, 64, kSms, 1), 32);     // 256 tiles: one section
+  EXPECT_EQ(bwd_masked_section_pairs(33, 8, 64, kSms, 1), 33);     // 264 tiles: still two waves
+  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, kSms, 1), 8);      // d256 512 keys: at most 8 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(32, 16, 64, kSms, 1), 8);     // d256 1k
+  EXPECT_EQ(bwd_masked_section_pairs(16, 32, 64, kSms, 1), 4);     // d256 2k
+  EXPECT_EQ(bwd_masked_section_pairs(8, 64, 64, kSms, 1), 2);      // d256 4k
+  EXPECT_EQ(bwd_masked_section_pairs(8, 256, 64, kSms, 1), 2);     // 16k: at least 2 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(4, 128, 64, kSms, 4), 1);     // with GQA from 8k: 1 pair
+  EXPECT_EQ(bwd_masked_section_pairs(8, 64, 64, kSms, 4), 2);      // GQA 4k: one wave is 2 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms, 4), 16);    // 128-key tiles: 16 with GQA too
+  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms, 1), 16);    // d128 1k, 512 tiles
+  EXPECT_EQ(bwd_masked_section_pairs(16, 32, 128, kSms, 1), 16);   // d128 4k
+  EXPECT_EQ(bwd_masked_section_pairs(4, 128, 128, kSms, 1), 4);    // fewer pairs than a section
+  EXPECT_EQ(bwd_masked_section_pairs(1, 4096, 64, kSms, 1), 1);    // one pair
+  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, 0, 1), 2);         // unknown SM count: no division by zero
 }
 
 TEST_F(FwdFixture, DtypeMismatch) {

@@ -14,7 +14,9 @@ namespace hopattn::kernels::bwd {
 //    (+18% at d128 with 8 query heads per KV head, 4k, 256 tiles; session 11, H200). Up to 4
 //    waves (session 11's rule) lost to 16-pair sections: d128 with 4 query heads per KV head,
 //    causal 1k / 2k (512 tiles): +17% / +4% with this rule (session 36, H100).
-//  * 64-key tiles (head dims 192 and 256): about one wave of tiles per section, 2 to 8 pairs.
+//  * 64-key tiles (head dims 192 and 256): about one wave of tiles per section, at most 8 pairs
+//    and at least 2 without GQA (1 pair lost 1-1.5% at d256 8k-16k), 1 with GQA (+5..10% at
+//    d192/d256 8k-16k against 2; session 36).
 //    These tiles are bound by L2 traffic (the dQ reduce-adds, Q and dO); a wave's tiles drawn
 //    from few heads share it, and with GQA a pair's tiles each read the whole group's Q and dO.
 //    Measured on an H100 (session 36, in one process) against the earlier rule (8 pairs, and
@@ -22,15 +24,17 @@ namespace hopattn::kernels::bwd {
 //    +23..63%; without GQA 0.98-1.0 at 512-4k and windows, +3..7% at 8k-16k.
 //  * 128-key tiles (head dims 64..128): 16 pairs. With GQA smaller sections lost 5..9% (session
 //    36); without GQA the best size moved with the length and the head dim by a few percent.
-inline int64_t bwd_masked_section_pairs(int64_t pairs, int64_t n_blocks, int64_t block_n, int64_t num_sms) {
-  constexpr int64_t kWideTileKeys = 64, kMinWidePairs = 2, kMaxWidePairs = 8, kNarrowTilePairs = 16;
+inline int64_t bwd_masked_section_pairs(int64_t pairs, int64_t n_blocks, int64_t block_n, int64_t num_sms,
+                                        int64_t head_group) {
+  constexpr int64_t kWideTileKeys = 64, kMaxWidePairs = 8, kNarrowTilePairs = 16;
   constexpr int64_t kOneSectionWaves = 2;
   num_sms = std::max<int64_t>(num_sms, 1);
   n_blocks = std::max<int64_t>(n_blocks, 1);
   pairs = std::max<int64_t>(pairs, 1);
   if (pairs * n_blocks <= kOneSectionWaves * num_sms) return pairs;
+  const int64_t min_wide_pairs = head_group > 1 ? 1 : 2;
   const int64_t section =
-      block_n <= kWideTileKeys ? std::clamp(num_sms / n_blocks, kMinWidePairs, kMaxWidePairs) : kNarrowTilePairs;
+      block_n <= kWideTileKeys ? std::clamp(num_sms / n_blocks, min_wide_pairs, kMaxWidePairs) : kNarrowTilePairs;
   return std::min(pairs, section);
 }
 

@@ -9,7 +9,8 @@ Implementations (same inputs, same process, interleaved shape by shape):
 Grid: batch * seqlen = 16384 tokens, hidden 2048 (nheads = 2048 / hdim), q/k/v (B, S, H, D)
 random normal. --kv-group G gives K and V nheads / G heads (GQA); the SDPA peers take them with
 enable_gqa=True where their backend accepts it, else K and V repeated to nheads inside the timed
-call (a record's "peer_gqa" says which). FLOPs: forward 4 * S^2 * D * H * B, halved when causal; backward 2.5 x forward.
+call (a record's "peer_gqa" says which). FLOPs: forward 4 * S^2 * D * H * B, halved when
+causal; backward 2.5 x forward.
 Timing: triton.testing.do_bench(..., return_mode="median"), which clears L2 before every rep.
 Forward is timed under torch.no_grad(); backward alone is timed as
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) on a graph built once.

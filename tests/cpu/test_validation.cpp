@@ -235,6 +235,11 @@ TEST(L2Sections, BackwardMaskedSections) {
   EXPECT_EQ(bwd_masked_section_pairs(8, 256, 64, kSms, 1), 2);     // 16k: at least 2 pairs
   EXPECT_EQ(bwd_masked_section_pairs(4, 128, 64, kSms, 4), 1);     // with GQA from 8k: 1 pair
   EXPECT_EQ(bwd_masked_section_pairs(8, 64, 64, kSms, 4), 2);      // GQA 4k: one wave is 2 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(2, 128, 64, kSms, 4), 1);     // GQA 8k, 256 tiles: 1 pair all the same
+  EXPECT_EQ(bwd_masked_section_pairs(4, 64, 64, kSms, 4), 2);      // GQA 4k, 256 tiles: 2 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(8, 32, 64, kSms, 4), 4);      // GQA 2k, 256 tiles: 4 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(16, 16, 64, kSms, 8), 16);    // GQA 1k, 256 tiles: one section
+  EXPECT_EQ(bwd_masked_section_pairs(2, 128, 64, kSms, 1), 2);     // no GQA, 256 tiles: one section
   EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms, 4), 16);    // 128-key tiles: 16 with GQA too
   EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms, 1), 16);    // d128 1k, 512 tiles
   EXPECT_EQ(bwd_masked_section_pairs(16, 32, 128, kSms, 1), 16);   // d128 4k

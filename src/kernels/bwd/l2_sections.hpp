@@ -13,7 +13,12 @@ namespace hopattn::kernels::bwd {
 //  * At most two waves of tiles: the whole problem is one section, so that LPT balances all of it
 //    (+18% at d128 with 8 query heads per KV head, 4k, 256 tiles; session 11, H200). Up to 4
 //    waves (session 11's rule) lost to 16-pair sections: d128 with 4 query heads per KV head,
-//    causal 1k / 2k (512 tiles): +17% / +4% with this rule (session 36, H100).
+//    causal 1k / 2k (512 tiles): +17% / +4% with this rule (session 36, H100). Except with GQA
+//    and 64-key tiles where a wave holds at most four pairs' tiles (2k keys and more): there the
+//    group's rows outgrow L2 before LPT's balance pays, and the 64-key rule below applies
+//    (session 37, H100, 256 tiles, causal: d256 with 4 query heads per KV head +11% at 2k, +20%
+//    at 4k-8k; d192 with 5 +15..18% at 4k-8k; MQA 8k +9%; 2 query heads per KV head 4k 0.99;
+//    one section stays best at 1k).
 //  * 64-key tiles (head dims 192 and 256): about one wave of tiles per section, at most 8 pairs
 //    and at least 2 without GQA (1 pair lost 1-1.5% at d256 8k-16k), 1 with GQA (+5..10% at
 //    d192/d256 8k-16k against 2; session 36).
@@ -31,10 +36,12 @@ inline int64_t bwd_masked_section_pairs(int64_t pairs, int64_t n_blocks, int64_t
   num_sms = std::max<int64_t>(num_sms, 1);
   n_blocks = std::max<int64_t>(n_blocks, 1);
   pairs = std::max<int64_t>(pairs, 1);
-  if (pairs * n_blocks <= kOneSectionWaves * num_sms) return pairs;
+  const bool wide_tiles = block_n <= kWideTileKeys;
+  const bool long_gqa_pairs = wide_tiles && head_group > 1 && num_sms / n_blocks <= 4;
+  if (pairs * n_blocks <= kOneSectionWaves * num_sms && !long_gqa_pairs) return pairs;
   const int64_t min_wide_pairs = head_group > 1 ? 1 : 2;
   const int64_t section =
-      block_n <= kWideTileKeys ? std::clamp(num_sms / n_blocks, min_wide_pairs, kMaxWidePairs) : kNarrowTilePairs;
+      wide_tiles ? std::clamp(num_sms / n_blocks, min_wide_pairs, kMaxWidePairs) : kNarrowTilePairs;
   return std::min(pairs, section);
 }
 

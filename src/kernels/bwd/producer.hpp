@@ -93,6 +93,14 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
     tl.mark(kBwdTileClaimed);
     const TileWork<T> w = tile_work<T>(p, sched, tile);
     if (w.empty()) continue;  // the consumers write zero dK, dV without loads
+#ifdef HOPATTN_EXP_BWD_HALF_QDO_LOADS
+#pragma message("HOPATTN_EXP_BWD_HALF_QDO_LOADS: tiles of odd key blocks skip their Q and dO loads; gradients are wrong")
+    // Timing experiment only: the L2 reads that 2-CTA clusters multicasting Q and dO to the tiles
+    // of two adjacent key blocks would save, without the clusters' lockstep (an upper bound).
+    const bool load_qdo = (w.n_block & 1) == 0;
+#else
+    constexpr bool load_qdo = true;
+#endif
 
     const int b = varlen ? 0 : w.batch;
     Tensor gK = local_tile(domain_offset(make_coord(w.si.k_offset, _0{}), mK(_, _, w.kv_head, b)),
@@ -139,13 +147,13 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
       for (QueryWalk q{w.m_begin, w.m_first, w.m_end}; !q.done(); q.advance()) {
         const int m = q.m();
         const int qs = rings.acquire_q(smem);
-        expect_bytes(smem.q_full[qs], T::kBytesQ + T::kBytesRowStats);
-        copy(p.tma_q.with(smem.q_full[qs]), get<0>(q_views)(_, m), get<1>(q_views)(_, qs));
+        expect_bytes(smem.q_full[qs], (load_qdo ? T::kBytesQ : 0) + T::kBytesRowStats);
+        if (load_qdo) copy(p.tma_q.with(smem.q_full[qs]), get<0>(q_views)(_, m), get<1>(q_views)(_, qs));
         bulk_load(smem.lse_log2[qs], p.lse_log2 + int64_t(stats_block0 + m) * T::kBlockM, T::kBytesRowStats, smem.q_full[qs]);
         if constexpr (T::kSplitQdoRings) load_kv_after_first_q();  // dO's own stage frees with K and V
         const int ds = rings.acquire_do(smem);
-        expect_bytes(smem.do_full[ds], T::kBytesQ + T::kBytesRowStats);
-        copy(p.tma_do.with(smem.do_full[ds]), get<0>(do_views)(_, m), get<1>(do_views)(_, ds));
+        expect_bytes(smem.do_full[ds], (load_qdo ? T::kBytesQ : 0) + T::kBytesRowStats);
+        if (load_qdo) copy(p.tma_do.with(smem.do_full[ds]), get<0>(do_views)(_, m), get<1>(do_views)(_, ds));
         bulk_load(smem.dsum[ds], p.dsum + int64_t(stats_block0 + m) * T::kBlockM, T::kBytesRowStats, smem.do_full[ds]);
         if constexpr (!T::kSplitQdoRings) load_kv_after_first_q();
         rings.advance();

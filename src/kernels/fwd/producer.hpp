@@ -44,6 +44,14 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     int n_begin, n_end;
     mask.block_range(c.m_block, n_begin, n_end);
     if (n_end <= n_begin) continue;  // the consumers write the empty-row result without loads
+#ifdef HOPATTN_EXP_FWD_HALF_KV_LOADS
+#pragma message("HOPATTN_EXP_FWD_HALF_KV_LOADS: tiles of odd query blocks skip their K and V loads; O is wrong")
+    // Timing experiment only: the L2 reads that 2-CTA clusters multicasting K and V to the tiles
+    // of two adjacent query blocks would save, without the clusters' lockstep (an upper bound).
+    const bool load_kv = (c.m_block & 1) == 0;
+#else
+    constexpr bool load_kv = true;
+#endif
 
     const int b = varlen ? 0 : c.batch;
     const int kv_head = c.head / p.head_group;
@@ -71,14 +79,14 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     // block's P V) at the same time, and K stages are released a GEMM earlier than V stages.
     auto load_k = [&](int n) {
       wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
-      expect_bytes(smem.k_full[k_pipe.stage], T::kBytesKV);
-      copy(p.tma_k.with(smem.k_full[k_pipe.stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, k_pipe.stage));
+      expect_bytes(smem.k_full[k_pipe.stage], load_kv ? T::kBytesKV : 0);
+      if (load_kv) copy(p.tma_k.with(smem.k_full[k_pipe.stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, k_pipe.stage));
       k_pipe.advance();
     };
     auto load_v = [&](int n) {
       wait_empty(smem.v_empty[v_pipe.stage], v_pipe.phase);
-      expect_bytes(smem.v_full[v_pipe.stage], T::kBytesKV);
-      copy(p.tma_v.with(smem.v_full[v_pipe.stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, v_pipe.stage));
+      expect_bytes(smem.v_full[v_pipe.stage], load_kv ? T::kBytesKV : 0);
+      if (load_kv) copy(p.tma_v.with(smem.v_full[v_pipe.stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, v_pipe.stage));
       v_pipe.advance();
     };
     load_k(n_end - 1);

@@ -226,26 +226,32 @@ TEST(L2Sections, ShortKeysTakeEightHeadsLongKeysFillHalfOfL2) {
 TEST(L2Sections, BackwardMaskedSections) {
   using hopattn::kernels::bwd::bwd_masked_section_pairs;
   constexpr int64_t kSms = 132;
-  EXPECT_EQ(bwd_masked_section_pairs(32, 8, 64, kSms, 1), 32);     // 256 tiles: one section
-  EXPECT_EQ(bwd_masked_section_pairs(33, 8, 64, kSms, 1), 33);     // 264 tiles: still two waves
-  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, kSms, 1), 8);      // d256 512 keys: at most 8 pairs
-  EXPECT_EQ(bwd_masked_section_pairs(32, 16, 64, kSms, 1), 8);     // d256 1k
-  EXPECT_EQ(bwd_masked_section_pairs(16, 32, 64, kSms, 1), 4);     // d256 2k
-  EXPECT_EQ(bwd_masked_section_pairs(8, 64, 64, kSms, 1), 2);      // d256 4k
-  EXPECT_EQ(bwd_masked_section_pairs(8, 256, 64, kSms, 1), 2);     // 16k: at least 2 pairs
-  EXPECT_EQ(bwd_masked_section_pairs(4, 128, 64, kSms, 4), 1);     // with GQA from 8k: 1 pair
-  EXPECT_EQ(bwd_masked_section_pairs(8, 64, 64, kSms, 4), 2);      // GQA 4k: one wave is 2 pairs
-  EXPECT_EQ(bwd_masked_section_pairs(2, 128, 64, kSms, 4), 1);     // GQA 8k, 256 tiles: 1 pair all the same
-  EXPECT_EQ(bwd_masked_section_pairs(4, 64, 64, kSms, 4), 2);      // GQA 4k, 256 tiles: 2 pairs
-  EXPECT_EQ(bwd_masked_section_pairs(8, 32, 64, kSms, 4), 4);      // GQA 2k, 256 tiles: 4 pairs
-  EXPECT_EQ(bwd_masked_section_pairs(16, 16, 64, kSms, 8), 16);    // GQA 1k, 256 tiles: one section
-  EXPECT_EQ(bwd_masked_section_pairs(2, 128, 64, kSms, 1), 2);     // no GQA, 256 tiles: one section
-  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms, 4), 16);    // 128-key tiles: 16 with GQA too
-  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms, 1), 16);    // d128 1k, 512 tiles
-  EXPECT_EQ(bwd_masked_section_pairs(16, 32, 128, kSms, 1), 16);   // d128 4k
-  EXPECT_EQ(bwd_masked_section_pairs(4, 128, 128, kSms, 1), 4);    // fewer pairs than a section
-  EXPECT_EQ(bwd_masked_section_pairs(1, 4096, 64, kSms, 1), 1);    // one pair
-  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, 0, 1), 2);         // unknown SM count: no division by zero
+  EXPECT_EQ(bwd_masked_section_pairs(32, 8, 64, kSms, 1, 256), 32);     // 256 tiles: one section
+  EXPECT_EQ(bwd_masked_section_pairs(33, 8, 64, kSms, 1, 256), 33);     // 264 tiles: still two waves
+  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, kSms, 1, 256), 8);      // d256 512 keys: at most 8 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(32, 16, 64, kSms, 1, 256), 8);     // d256 1k
+  EXPECT_EQ(bwd_masked_section_pairs(16, 32, 64, kSms, 1, 256), 4);     // d256 2k
+  EXPECT_EQ(bwd_masked_section_pairs(8, 64, 64, kSms, 1, 256), 2);      // d256 4k
+  EXPECT_EQ(bwd_masked_section_pairs(8, 256, 64, kSms, 1, 256), 2);     // 16k: at least 2 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(4, 128, 64, kSms, 4, 256), 1);     // with GQA from 8k: 1 pair
+  EXPECT_EQ(bwd_masked_section_pairs(8, 64, 64, kSms, 4, 256), 2);      // GQA 4k: one wave is 2 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(2, 128, 64, kSms, 4, 256), 1);     // GQA 8k, 256 tiles: 1 pair all the same
+  EXPECT_EQ(bwd_masked_section_pairs(4, 64, 64, kSms, 4, 256), 2);      // GQA 4k, 256 tiles: 2 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(8, 32, 64, kSms, 4, 256), 4);      // GQA 2k, 256 tiles: 4 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(16, 16, 64, kSms, 8, 256), 16);    // GQA 1k, 256 tiles: one section
+  EXPECT_EQ(bwd_masked_section_pairs(2, 128, 64, kSms, 1, 256), 2);     // no GQA, 256 tiles: one section
+  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms, 4, 128), 16);    // 128-key tiles: 16 with GQA too
+  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 128, kSms, 1, 128), 16);    // d128 1k, 512 tiles
+  EXPECT_EQ(bwd_masked_section_pairs(128, 16, 128, kSms, 1, 128), 8);   // d128 2k: about one wave
+  EXPECT_EQ(bwd_masked_section_pairs(64, 32, 128, kSms, 1, 128), 4);    // d128 4k
+  EXPECT_EQ(bwd_masked_section_pairs(64, 32, 128, kSms, 1, 96), 4);     // d96 4k
+  EXPECT_EQ(bwd_masked_section_pairs(32, 64, 128, kSms, 1, 128), 2);    // d128 8k
+  EXPECT_EQ(bwd_masked_section_pairs(16, 128, 128, kSms, 1, 128), 1);   // d128 16k: one pair is a wave
+  EXPECT_EQ(bwd_masked_section_pairs(64, 32, 128, kSms, 4, 128), 16);   // d128 GQA 4k: 16 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(128, 32, 128, kSms, 1, 64), 16);   // d64 4k: 16 pairs
+  EXPECT_EQ(bwd_masked_section_pairs(4, 128, 128, kSms, 1, 64), 4);     // fewer pairs than a section
+  EXPECT_EQ(bwd_masked_section_pairs(1, 4096, 64, kSms, 1, 256), 1);    // one pair
+  EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, 0, 1, 256), 2);         // unknown SM count: no division by zero
 }
 
 TEST_F(FwdFixture, DtypeMismatch) {

@@ -27,11 +27,15 @@ namespace hopattn::kernels::bwd {
 //    Measured on an H100 (session 36, in one process) against the earlier rule (8 pairs, and
 //    problems of up to 4 waves one section): with 4-5 query heads per KV head, causal, 512-4k,
 //    +23..63%; without GQA 0.98-1.0 at 512-4k and windows, +3..7% at 8k-16k.
-//  * 128-key tiles (head dims 64..128): 16 pairs. With GQA smaller sections lost 5..9% (session
-//    36); without GQA the best size moved with the length and the head dim by a few percent.
+//  * 128-key tiles (head dims 64..128): 16 pairs with GQA (smaller sections lost 5..9%, session
+//    36) and at d64 (its best size moved with the length: 4 pairs +5% at 1k, -3..5% at 2k-4k).
+//    Without GQA at d96/d128, about one wave of tiles per section, 1 to 16 pairs. Session 37,
+//    H100, against 16 pairs in one process, five rounds: causal d128 2k / 4k / 8k / 16k 1.008 /
+//    1.038 / 1.059 / 1.010 (with 2 pairs at 16k; 1 pair read +4..7% over 2 in two runs), d96 2k
+//    / 4k / 8k 1.043 / 1.052 / 1.056, windows at d128 4k-8k 1.03-1.06; 1k the same.
 inline int64_t bwd_masked_section_pairs(int64_t pairs, int64_t n_blocks, int64_t block_n, int64_t num_sms,
-                                        int64_t head_group) {
-  constexpr int64_t kWideTileKeys = 64, kMaxWidePairs = 8, kNarrowTilePairs = 16;
+                                        int64_t head_group, int64_t head_dim) {
+  constexpr int64_t kWideTileKeys = 64, kMaxWidePairs = 8, kNarrowTilePairs = 16, kOneWaveMinHeadDim = 96;
   constexpr int64_t kOneSectionWaves = 2;
   num_sms = std::max<int64_t>(num_sms, 1);
   n_blocks = std::max<int64_t>(n_blocks, 1);
@@ -39,9 +43,12 @@ inline int64_t bwd_masked_section_pairs(int64_t pairs, int64_t n_blocks, int64_t
   const bool wide_tiles = block_n <= kWideTileKeys;
   const bool long_gqa_pairs = wide_tiles && head_group > 1 && num_sms / n_blocks <= 4;
   if (pairs * n_blocks <= kOneSectionWaves * num_sms && !long_gqa_pairs) return pairs;
-  const int64_t min_wide_pairs = head_group > 1 ? 1 : 2;
-  const int64_t section =
-      wide_tiles ? std::clamp(num_sms / n_blocks, min_wide_pairs, kMaxWidePairs) : kNarrowTilePairs;
+  int64_t section = kNarrowTilePairs;
+  if (wide_tiles) {
+    section = std::clamp(num_sms / n_blocks, head_group > 1 ? int64_t(1) : int64_t(2), kMaxWidePairs);
+  } else if (head_group == 1 && head_dim >= kOneWaveMinHeadDim) {
+    section = std::clamp(num_sms / n_blocks, int64_t(1), kNarrowTilePairs);
+  }
   return std::min(pairs, section);
 }
 

@@ -136,7 +136,7 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
     const int64_t fit = std::max<int64_t>(1, int64_t(0.5 * fwd::l2_cache_bytes() / qdo_bytes_per_kv_head));
     p.heads_per_l2_section = int(std::min<int64_t>(pairs, fit));
   } else if (a.has_window()) {
-    p.heads_per_l2_section = int(bwd_masked_section_pairs(pairs, num_n_blocks, T::kBlockN, a.num_sms, p.head_group));
+    p.heads_per_l2_section = int(bwd_masked_section_pairs(pairs, num_n_blocks, T::kBlockN, a.num_sms, p.head_group, T::kHeadDim));
   } else {
     p.heads_per_l2_section = 1;
   }

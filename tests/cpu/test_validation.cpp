@@ -254,6 +254,19 @@ TEST(L2Sections, BackwardMaskedSections) {
   EXPECT_EQ(bwd_masked_section_pairs(64, 8, 64, 0, 1, 256), 2);         // unknown SM count: no division by zero
 }
 
+TEST(L2Sections, BackwardDeterministicMaskedSections) {
+  using hopattn::kernels::bwd::bwd_deterministic_masked_section_pairs;
+  constexpr int64_t kSms = 132;
+  EXPECT_EQ(bwd_deterministic_masked_section_pairs(256, 8, 1024, kSms), 66);   // d128 1k: 4 waves
+  EXPECT_EQ(bwd_deterministic_masked_section_pairs(128, 16, 2048, kSms), 33);  // d128 2k
+  EXPECT_EQ(bwd_deterministic_masked_section_pairs(64, 32, 4096, kSms), 33);   // d128 4k: 8 waves
+  EXPECT_EQ(bwd_deterministic_masked_section_pairs(16, 128, 16384, kSms), 8);  // d128 16k
+  EXPECT_EQ(bwd_deterministic_masked_section_pairs(8, 256, 16384, kSms), 4);   // d256 16k
+  EXPECT_EQ(bwd_deterministic_masked_section_pairs(8, 16, 2048, kSms), 8);     // fewer pairs than a section
+  EXPECT_EQ(bwd_deterministic_masked_section_pairs(1, 2048, 131072, kSms), 1); // more than 8 waves in one pair
+  EXPECT_EQ(bwd_deterministic_masked_section_pairs(64, 8, 1024, 0), 1);        // unknown SM count: one pair
+}
+
 TEST_F(FwdFixture, DtypeMismatch) {
   p.k.dtype = DType::kFloat16;
   expect_error(ErrorCode::kInvalidArgument, "k", "dtype");

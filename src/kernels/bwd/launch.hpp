@@ -127,10 +127,13 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
   // different starts where the walk is rotated, schedule.hpp) and share each Q/dO load and
   // dq_accum line in L2 (+5..10% at d128 1k-8k against many-head sections; 2 or 4 pairs measured
   // the same, perf-log sessions 10 and 11). With a mask: l2_sections.hpp.
-  // Deterministic mode keeps the half-of-L2 sections: its adds into a query block go in key-block
-  // order, so key blocks of one head that run side by side wait for each other at every step
-  // (one-pair sections: 0.18x of the default at d64 1k, session 10; 16 pairs: 0.5x causal 1k).
-  if (a.deterministic) {
+  // Deterministic mode keeps the half-of-L2 sections without a mask: its adds into a query block go
+  // in key-block order, so key blocks of one head that run side by side wait for each other at
+  // every step (one-pair sections: 0.18x of the default at d64 1k, session 10; 16 pairs: 0.5x
+  // causal 1k); under a mask, sections of 4-8 waves of tiles (l2_sections.hpp).
+  if (a.deterministic && a.has_window()) {
+    p.heads_per_l2_section = int(bwd_deterministic_masked_section_pairs(pairs, num_n_blocks, a.seqlen_k, a.num_sms));
+  } else if (a.deterministic) {
     const double qdo_bytes_per_kv_head =
         2.0 * std::max(a.seqlen_q, 1) * T::kHeadDim * sizeof(Element) * (a.nheads / a.nheads_k);
     const int64_t fit = std::max<int64_t>(1, int64_t(0.5 * fwd::l2_cache_bytes() / qdo_bytes_per_kv_head));

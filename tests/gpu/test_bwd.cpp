@@ -224,8 +224,8 @@ std::vector<BwdCase> coverage() {
   // tile decode divides by separately (fwd::TileDivisors); also in the deterministic order.
   add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 4; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.causal = true; c.head_dim = 64; });
   add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 2; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.deterministic = true; });
-  // Deterministic mode under a mask takes sections of 4-8 waves of tiles (l2_sections.hpp): a
-  // partial last section there too.
+  // The same partial last section in deterministic mode under a mask (forced: at these sizes the
+  // rule's sections of 4-8 waves of tiles, l2_sections.hpp, hold the whole problem).
   add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 2; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.deterministic = true; c.causal = true; });
   // The same partial last section in the 64-key tiles of d256 with GQA (sections of 2..8 pairs there).
   add([](BwdCase& c) { c.l2_section_pairs = 3; c.batch = 5; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.causal = true; c.head_dim = 256; });

@@ -14,8 +14,8 @@ namespace hopattn::kernels::bwd {
 //    (+18% at d128 with 8 query heads per KV head, 4k, 256 tiles; session 11, H200). Up to 4
 //    waves (session 11's rule) lost to 16-pair sections: d128 with 4 query heads per KV head,
 //    causal 1k / 2k (512 tiles): +17% / +4% with this rule (session 36, H100). Except with GQA
-//    and 64-key tiles where a wave holds at most four pairs' tiles (2k keys and more): there the
-//    group's rows outgrow L2 before LPT's balance pays, and the 64-key rule below applies
+//    and 64-key tiles where a wave holds at most four pairs' tiles (from ~1.7k keys at 132
+//    SMs): the group's rows outgrow L2 before LPT's balance pays, and the 64-key rule applies
 //    (session 37, H100, 256 tiles, causal: d256 with 4 query heads per KV head +11% at 2k, +20%
 //    at 4k-8k; d192 with 5 +15..18% at 4k-8k; MQA 8k +9%; 2 query heads per KV head 4k 0.99;
 //    one section stays best at 1k).
@@ -31,8 +31,8 @@ namespace hopattn::kernels::bwd {
 //    36) and at d64 (its best size moved with the length: 4 pairs +5% at 1k, -3..5% at 2k-4k).
 //    Without GQA at d96/d128, about one wave of tiles per section, 1 to 16 pairs. Session 37,
 //    H100, against 16 pairs in one process, five rounds: causal d128 2k / 4k / 8k / 16k 1.008 /
-//    1.038 / 1.059 / 1.010 (with 2 pairs at 16k; 1 pair read +4..7% over 2 in two runs), d96 2k
-//    / 4k / 8k 1.043 / 1.052 / 1.056, windows at d128 4k-8k 1.03-1.06; 1k the same.
+//    1.038 / 1.059 / 1.045 (one pair at 16k; two read 1.010), d96 2k / 4k / 8k / 16k 1.043 /
+//    1.052 / 1.056 / 1.062, windows at d128 4k-8k 1.03-1.06; 1k the same.
 inline int64_t bwd_masked_section_pairs(int64_t pairs, int64_t n_blocks, int64_t block_n, int64_t num_sms,
                                         int64_t head_group, int64_t head_dim) {
   constexpr int64_t kWideTileKeys = 64, kMaxWidePairs = 8, kNarrowTilePairs = 16, kOneWaveMinHeadDim = 96;

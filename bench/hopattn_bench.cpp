@@ -61,6 +61,7 @@ struct CliOptions {
   std::vector<std::string> kernels;        // empty: the dispatcher's choice
   std::vector<int32_t> l2_section_pairs;  // empty: sized from the L2 cache
   std::vector<int32_t> lag_dq_min_steps;  // empty: the library's rule
+  std::vector<int32_t> dq_convert_sms;    // empty: the library's rule
   TimingOptions timing;
   uint64_t seed = 0x5eedu;
   int device = 0;
@@ -120,6 +121,10 @@ void add_options(CLI::App& app, CliOptions& o) {
   app.add_option("--lag-dq-min-steps", o.lag_dq_min_steps,
                  "Backward: time each of these dQ-lag thresholds (steps per key tile; 0: the library's rule)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 30));
+  app.add_option("--dq-convert-sms", o.dq_convert_sms,
+                 "Backward: time each of these counts of SMs converting dQ during the main kernel (-1: none, "
+                 "after it; 0: the library's rule)")
+      ->delimiter(',')->check(CLI::Range(-1, 1 << 30));
   app.add_option("--warmup", o.timing.warmup, "Untimed launches before timing")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--reps", o.timing.reps, "Timed launches (the median is reported)")
@@ -163,7 +168,7 @@ std::vector<Case> single_shape_cases(const CliOptions& o) {
 }
 
 // One case per (kernel, L2 section) of --kernels x --l2-section-pairs for each forward case, and
-// per (L2 section, lag threshold) for each backward case: the variants of one shape, one group
+// per (L2 section, lag threshold, dQ-converting SMs) for each backward case: the variants of one shape, one group
 // each (run_all times a group's variants in rotated order).
 std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
   const std::vector<std::string> no_kernel{""};  // the dispatcher's choice
@@ -171,18 +176,21 @@ std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases
   const std::vector<int32_t> sections = o.l2_section_pairs.empty() ? std::vector<int32_t>{0} : o.l2_section_pairs;
   const std::vector<int32_t> no_lag{0};
   const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? no_lag : o.lag_dq_min_steps;
+  const std::vector<int32_t>& converts = o.dq_convert_sms.empty() ? no_lag : o.dq_convert_sms;
   std::vector<std::vector<Case>> out;
   for (const Case& c : cases) {
     std::vector<Case>& group = out.emplace_back();
     for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
       for (int32_t s : sections)
-        for (int32_t lag : c.direction == Direction::kBwd ? lags : no_lag) {
-          Case v = c;
-          v.kernel = k;
-          v.l2_section_pairs = s;
-          v.lag_dq_min_steps = lag;
-          group.push_back(v);
-        }
+        for (int32_t lag : c.direction == Direction::kBwd ? lags : no_lag)
+          for (int32_t conv : c.direction == Direction::kBwd ? converts : no_lag) {
+            Case v = c;
+            v.kernel = k;
+            v.l2_section_pairs = s;
+            v.lag_dq_min_steps = lag;
+            v.dq_convert_sms = conv;
+            group.push_back(v);
+          }
   }
   return out;
 }

@@ -105,6 +105,9 @@ struct BwdTuning {
   // > 0: key tiles with at least this many query-block steps run dQ one step behind dS (head
   // dim 64; 1 = every tile, a huge value = none); 0: the library's rule (3).
   int32_t lag_dq_min_steps = 0;
+  // SMs that convert dQ while the main kernel runs (the main kernel then leaves them free): > 0
+  // that many; -1 none (dQ is converted after the main kernel); 0 the library's rule.
+  int32_t dq_convert_sms = 0;
 };
 
 struct BwdParams {

@@ -40,6 +40,9 @@ FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev) {
   if (p.tuning.lag_dq_min_steps < 0)
     fail("tuning.lag_dq_min_steps",
          "must be >= 0 (0 = the library's rule), got " + std::to_string(p.tuning.lag_dq_min_steps));
+  if (p.tuning.dq_convert_sms < -1)
+    fail("tuning.dq_convert_sms", "must be >= -1 (-1 = after the main kernel, 0 = the library's rule), got " +
+                                      std::to_string(p.tuning.dq_convert_sms));
   return prob;
 }
 

@@ -10,6 +10,7 @@
 
 #include "hopattn/hopattn.h"
 #include "hopattn/hopattn.hpp"
+#include "kernels/bwd/dq_convert_rule.hpp"
 #include "kernels/bwd/l2_sections.hpp"
 #include "kernels/fwd/l2_sections.hpp"
 
@@ -265,6 +266,21 @@ TEST(L2Sections, BackwardDeterministicMaskedSections) {
   EXPECT_EQ(bwd_deterministic_masked_section_pairs(8, 16, 2048, kSms), 8);     // fewer pairs than a section
   EXPECT_EQ(bwd_deterministic_masked_section_pairs(1, 2048, 131072, kSms), 1); // more than 8 waves in one pair
   EXPECT_EQ(bwd_deterministic_masked_section_pairs(64, 8, 1024, 0), 1);        // unknown SM count: one pair
+}
+
+TEST(DqConvertRule, SmsGoAsOneOverVisibleKeys) {
+  using hopattn::kernels::bwd::concurrent_dq_convert_sms_rule;
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(512, false, 132), 8);
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(1024, false, 132), 4);
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(2048, false, 132), 2);
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(4096, false, 132), 0);   // one SM: the postprocess after the kernel
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(512, true, 132), 8);     // at most 8
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(2048, true, 132), 4);    // causal: half the keys visible
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(4096, true, 132), 2);
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(8192, true, 132), 0);
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(1, false, 132), 8);      // a single key
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(1024, false, 66), 2);    // fewer SMs, fewer converting
+  EXPECT_EQ(concurrent_dq_convert_sms_rule(1024, false, 16), 0);
 }
 
 TEST_F(FwdFixture, DtypeMismatch) {
@@ -572,6 +588,9 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
   p.tuning.lag_dq_min_steps = -1;
   expect_invalid("tuning.lag_dq_min_steps");
   p.tuning.lag_dq_min_steps = 0;
+  p.tuning.dq_convert_sms = -2;
+  expect_invalid("tuning.dq_convert_sms");
+  p.tuning.dq_convert_sms = 0;
   p.lse = {};
   try {
     plan_bwd(p, fake_hopper());

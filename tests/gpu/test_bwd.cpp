@@ -96,6 +96,7 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
   p.deterministic = c.deterministic;
   p.tuning.lag_dq_min_steps = c.lag_dq_min_steps;
   p.tuning.l2_section_pairs = c.l2_section_pairs;
+  p.tuning.dq_convert_sms = c.dq_convert_sms;
 
   Plan fplan, bplan;
   try {
@@ -244,6 +245,22 @@ std::vector<BwdCase> coverage() {
   // its first writer of each query block store instead.
   add([](BwdCase& c) { c.head_dim = 256; c.causal = true; c.seqlen_q = 200; c.seqlen_k = 1100; });
   add([](BwdCase& c) { c.head_dim = 192; c.deterministic = true; c.causal = true; c.seqlen_q = 300; c.seqlen_k = 1100; });
+  // dQ converted after the main kernel (-1) where the library's rule converts it during the main
+  // kernel (bwd/dq_convert_rule.hpp: every case above up to 2k keys but the deterministic ones),
+  // and the concurrent form where the rule would not take it (deterministic mode, 4k keys and
+  // more), on one SM (most converting CTAs start only as the main kernel's leave), and on all SMs
+  // but one (one main CTA runs every tile while the others wait for its pairs).
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true})
+      add([&](BwdCase& c) { c.head_dim = d; c.causal = causal; c.dq_convert_sms = -1; });
+  add([](BwdCase& c) { c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.dq_convert_sms = -1; });
+  add([](BwdCase& c) { c.head_dim = 64; c.seqlen_q = 300; c.seqlen_k = 4500; c.causal = true; c.dq_convert_sms = 8; });
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 200; c.seqlen_k = 4200; c.dq_convert_sms = 8; });  // dq_accum cleared
+  add([](BwdCase& c) { c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 200; c.seqlen_k = 333; c.causal = true; c.dq_convert_sms = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.varlen_q = {100, 0, 257, 1}; c.varlen_k = {64, 5, 300, 0}; c.dq_convert_sms = 1; });
+  add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; c.dq_convert_sms = 1; });
+  add([](BwdCase& c) { c.batch = 3; c.seqlen_q = 300; c.seqlen_k = 400; c.causal = true; c.dq_convert_sms = 100000; });
+  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.batch = 3; c.seqlen_q = 300; c.seqlen_k = 400; c.dq_convert_sms = 100000; });
   return cases;
 }
 

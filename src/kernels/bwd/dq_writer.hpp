@@ -78,16 +78,12 @@ __device__ __forceinline__ void bulk_wait_read_all_but_newest() {
   asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
 }
 
-// Deterministic mode: tells the next key block that this block's add has landed.
+// Counts one more landed write at *sem, for whoever acquires it: in deterministic mode the next
+// key block of a query block; with the concurrent dQ conversion the postprocess (a tile's writes).
+// The caller has waited for the bulk ops (bulk_wait_all or _all_but_newest).
 __device__ __forceinline__ void signal_added(int* sem) {
   asm volatile("fence.proxy.async;" ::: "memory");  // order the bulk add before the generic release
   asm volatile("red.release.gpu.global.add.s32 [%0], 1;" :: "l"(sem) : "memory");
-}
-
-__device__ __forceinline__ int load_acquire(const int* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
 }
 
 // Default mode's query-block states (see the top of this file).
@@ -96,10 +92,10 @@ constexpr int kBlockUnwritten = 0, kBlockClaimed = 1, kBlockStored = 2;
 // Whether this writer stores the block (it claimed it); otherwise returns once the first
 // writer's store has landed, so that the adds that follow see it.
 __device__ __forceinline__ bool claim_or_wait_stored(int* state) {
-  int seen = load_acquire(state);
+  int seen = load_acquire_gpu(state);
   if (seen != kBlockStored) {
     if (seen == kBlockUnwritten && atomicCAS(state, kBlockUnwritten, kBlockClaimed) == kBlockUnwritten) return true;
-    while (load_acquire(state) != kBlockStored) __nanosleep(32);
+    while (load_acquire_gpu(state) != kBlockStored) __nanosleep(32);
   }
   asm volatile("fence.proxy.async;" ::: "memory");  // order the acquire before the bulk adds
   return false;
@@ -133,6 +129,13 @@ __host__ __device__ __forceinline__ int key_blocks_before(const KeyBlockMask<T::
 
 template <class T>
 using DqPipe = fwd::PackedPipeState<T::kDqBuffers>;  // the ring of smem.dq's buffers
+
+// Concurrent dQ conversion (p.pair_tiles_done set, postprocess.hpp): every dQ write of a tile of
+// this (batch entry, KV head) pair has landed, or it had none: count the tile.
+template <class T>
+__device__ __forceinline__ void count_tile_done(const BwdKernelParams<T>& p, int pair) {
+  signal_added(p.pair_tiles_done + pair);
+}
 
 // Consumer side: stores piece kPiece of this thread's dQ values of one chunk into the next buffer
 // of smem.dq in register order, element i of the piece at float4 slot (i / 4) * threads + tid
@@ -230,7 +233,16 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
        tile = fwd::receive_tile(smem.tiles, ring)) {
     {
       const TileWork<T> w = tile_work<T>(p, sched, tile);
-      if (w.empty()) continue;
+      if (p.pair_tiles_done != nullptr) {
+        const int pair = w.batch * p.nheads_k + w.kv_head;
+        if (w.empty()) {
+          count_tile_done<T>(p, pair);
+          continue;
+        }
+        smem.writer_pair = pair;  // read back at the tile's end: a register held through it spilled at d = 64
+      } else if (w.empty()) {
+        continue;
+      }
       t = {w.stats_row0, w.n_block, w.kv_head, w.m_begin, w.m_end, w.m_first, w.si.seqlen_q, w.si.seqlen_k};
     }
     // Deterministic mode: the semaphore (query block index) of the previous step's block, whose
@@ -252,7 +264,7 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
         if constexpr (kDeterministic) {
           const KeyBlockMask<T::kBlockM, T::kBlockN> mask{t.seqlen_q, t.seqlen_k, p.window_left, p.window_right};
           const int turn = key_blocks_before<T>(mask, t.n_block, m);
-          while (load_acquire(p.dq_block_state + block) != turn) __nanosleep(32);
+          while (load_acquire_gpu(p.dq_block_state + block) != turn) __nanosleep(32);
           asm volatile("fence.proxy.async;" ::: "memory");  // order the acquire before the bulk op
           store = !p.dq_accum_cleared && turn == 0;
         } else {
@@ -303,6 +315,13 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
       bulk_wait_all();
       dq_release.drained(smem.dq_empty);
       signal_added(p.dq_block_state + pending);
+    }
+    if (p.pair_tiles_done != nullptr) {
+      // The next tile's first dQ comes a step from now at the earliest: this wait for the
+      // landing of the last adds is mostly under the consumers' next S and dP GEMMs.
+      bulk_wait_all();
+      dq_release.drained(smem.dq_empty);
+      count_tile_done<T>(p, smem.writer_pair);
     }
   }
 }

@@ -1,7 +1,7 @@
 // Host side of the backward pass: workspace carving, TMA descriptors, scheduler sizing, and the
-// launches (one memset of the tile counter and the query-block states, preprocess (clearing
-// dq_accum where every dQ writer adds), main kernel, postprocess), all on one stream and
-// graph-capturable.
+// launches (one memset of the counters and the query-block states, preprocess (clearing
+// dq_accum where every dQ writer adds), main kernel, postprocess (after the main kernel, or
+// concurrent with it)), all on one stream and graph-capturable.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -15,6 +15,7 @@
 
 #include "api/cuda_check.hpp"
 #include "hopattn/error.hpp"
+#include "kernels/bwd/dq_convert_rule.hpp"
 #include "kernels/bwd/kernel.hpp"
 #include "kernels/bwd/l2_sections.hpp"
 #include "kernels/bwd/postprocess.hpp"
@@ -27,7 +28,8 @@ namespace hopattn::kernels::bwd {
 
 template <class T>
 WorkspaceLayout workspace_layout(const BwdArgs& a) {
-  return WorkspaceLayout::make(a.varlen(), a.batch, a.seqlen_q, a.total_q, a.nheads, T::kHeadDim, T::kBlockM);
+  return WorkspaceLayout::make(a.varlen(), a.batch, a.seqlen_q, a.total_q, a.nheads, a.nheads_k, T::kHeadDim,
+                               T::kBlockM);
 }
 
 template <class T>
@@ -53,8 +55,19 @@ bool clears_dq_accum(const BwdArgs& a) {
   return a.seqlen_k > 1024;
 }
 
+// How many SMs convert dQ while the main kernel runs (postprocess.hpp, the concurrent form); 0:
+// the postprocess runs after it. The rule: dq_convert_rule.hpp; not in deterministic mode, whose
+// slower main kernel leaves the conversion a smaller share (0.99 at causal 1k, session 38).
+template <class T>
+int concurrent_dq_convert_sms(const BwdArgs& a) {
+  const bool main_runs = (a.varlen() ? a.total_k : a.seqlen_k) > 0 && a.seqlen_q > 0 && a.batch > 0 && a.nheads_k > 0;
+  if (!main_runs || a.dq_convert_sms < 0 || a.num_sms < 2) return 0;
+  if (a.dq_convert_sms > 0) return std::min(a.dq_convert_sms, a.num_sms - 1);
+  return a.deterministic ? 0 : concurrent_dq_convert_sms_rule(a.seqlen_k, a.has_window(), a.num_sms);
+}
+
 // The fields every backward kernel reads, the same for the three launches (so the clear policy
-// is decided in one place).
+// and the form of the dQ conversion are decided in one place).
 template <class T>
 void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLayout& wl, char* ws) {
   fwd::copy_sequence_fields(c, a);
@@ -66,6 +79,7 @@ void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLayout& wl
   c.dq_accum = reinterpret_cast<float*>(ws + wl.dq_accum_offset);
   c.dq_block_state = reinterpret_cast<int*>(ws + wl.state_offset);
   c.dq_accum_cleared = clears_dq_accum<T>(a);
+  c.pair_tiles_done = concurrent_dq_convert_sms<T>(a) > 0 ? reinterpret_cast<int*>(ws + wl.pair_done_offset) : nullptr;
   c.softmax_scale = a.softmax_scale;
 }
 
@@ -182,8 +196,8 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   const WorkspaceLayout wl = workspace_layout<T>(a);
   char* ws = static_cast<char*>(workspace);
   const bool varlen = a.varlen();
-  // The tile counter and the query blocks' states start at zero (one memset: they lead the
-  // workspace); lse_log2 and dsum are written by the preprocess kernel, which also clears
+  // The counters, the query blocks' states and the pairs' tile counts start at zero (one memset:
+  // they lead the workspace); lse_log2 and dsum are written by the preprocess kernel, which also clears
   // dq_accum where every writer adds (clears_dq_accum).
   HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws, 0, wl.lse_offset, stream));
   const int num_m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;
@@ -207,10 +221,10 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   if ((varlen ? a.total_k : a.seqlen_k) > 0) {
     BwdKernelParams<T> p = make_main_params<T>(a, wl, ws);
     if (p.num_tiles > 0) {
-      p.tile_counter = reinterpret_cast<int*>(ws);
+      p.tile_counter = reinterpret_cast<int*>(ws + WorkspaceLayout::kTileCounterOffset);
       auto kernel = attention_bwd_kernel<T>;
       HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-      const int grid = std::min(p.num_tiles, a.num_sms);
+      const int grid = std::min(p.num_tiles, a.num_sms - concurrent_dq_convert_sms<T>(a));
       launch_after_prior_grid(kernel, dim3(grid), dim3(T::kNumThreads), T::kSmemBytes, stream, p);
 #ifdef HOPATTN_EXP_TIMELINE
       fwd::timeline_print_kernel<<<1, 1, 0, stream>>>(/*bwd=*/true);
@@ -222,9 +236,23 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   fill_common<T>(post, a, wl, ws);
   post.dq = static_cast<Element*>(a.dq);
   post.dq_stride = a.dq_stride;
-  if (num_m_blocks > 0) {
+  if (num_m_blocks == 0) return;
+  if (post.pair_tiles_done == nullptr) {
     launch_after_prior_grid(bwd_postprocess_kernel<T>, row_grid, dim3(T::kNumConsumerThreads), 0, stream, post);
+    return;
   }
+  // The concurrent form: as many CTAs as all SMs hold, of which those on the SMs the main kernel
+  // left free start at once and the others as its CTAs leave (they take what is left then).
+  post.item_counter = reinterpret_cast<int*>(ws + WorkspaceLayout::kConvertItemCounterOffset);
+  post.num_m_blocks = num_m_blocks;
+  post.tiles_per_pair = int((int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN);  // as the main kernel's tiles
+  auto convert = bwd_postprocess_concurrent_kernel<T>;
+  static const int ctas_per_sm = [&] {
+    int n = 0;
+    HOPATTN_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, convert, T::kNumConsumerThreads, 0));
+    return std::max(n, 1);
+  }();
+  launch_after_prior_grid(convert, dim3(a.num_sms * ctas_per_sm), dim3(T::kNumConsumerThreads), 0, stream, post);
 }
 
 }  // namespace hopattn::kernels::bwd

@@ -28,6 +28,10 @@ struct BwdCommonParams {
   // The preprocess clears dq_accum and every writer adds, instead of the first writer of each
   // query block storing (launch.hpp, clears_dq_accum, says where).
   bool dq_accum_cleared{};
+  // Concurrent dQ conversion (launch.hpp, uses_concurrent_dq_convert): per (batch entry, KV
+  // head) pair, batch * nheads_k + kv_head, the number of its key tiles whose dQ writes have all
+  // landed (the main kernel's dQ writer counts, postprocess.hpp waits). Null otherwise.
+  int* pair_tiles_done{};
   float softmax_scale{};
 };
 
@@ -54,6 +58,11 @@ template <class Element>
 struct BwdPostParams : BwdCommonParams {
   Element* dq{};
   Strides3 dq_stride;
+  // The concurrent form only (postprocess.hpp): its work items are (pair, query head of the
+  // group, query block), claimed in pair order from item_counter; a pair is complete once
+  // pair_tiles_done counts tiles_per_pair.
+  int* item_counter{};
+  int num_m_blocks{}, tiles_per_pair{};
 };
 
 // The TMA descriptors come first (a base placed at offset 0 of the kernel parameters), as in

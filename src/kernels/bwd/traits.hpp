@@ -242,6 +242,7 @@ struct BwdTraits {
     uint64_t ds_full[2], ds_empty[2];  // dS buffer b: both warpgroups stored / read it
     fwd::TileRing tiles;
     WriterTile writer_tile;  // deterministic mode only
+    int writer_pair;         // the dQ writer's current (batch, KV head) pair (concurrent dQ conversion only)
     // The tile scheduler's counter (BwdKernelParams::tile_counter), read from here at each claim:
     // a copy held in a register through the producer's loop was spilled at 24 registers.
     int* tile_counter;

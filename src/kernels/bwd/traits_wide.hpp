@@ -161,6 +161,7 @@ struct BwdWideTraits {
     uint64_t dq_full[kDqBuffers], dq_empty[kDqBuffers];  // one pair per buffer of smem.dq
     fwd::TileRing tiles;
     WriterTile writer_tile;  // deterministic mode only (traits.hpp)
+    int writer_pair;         // the dQ writer's current pair (concurrent dQ conversion only, traits.hpp)
     int* tile_counter;       // the scheduler's counter, read at each claim (traits.hpp)
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));

@@ -23,6 +23,14 @@ using namespace cute;
 CUTLASS_DEVICE void wait_for_prior_grids() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 CUTLASS_DEVICE void allow_dependent_launch() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
+// A load with acquire semantics at GPU scope: what other CTAs wrote before their release of
+// *p (st.release / red.release) is visible after it.
+CUTLASS_DEVICE int load_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // Named barriers 1..15 (0 is __syncthreads). Ids are assigned in each kernel's design note.
 CUTLASS_DEVICE void named_barrier_sync(int id, int num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");

@@ -60,8 +60,14 @@ bool clears_dq_accum(const BwdArgs& a) {
 // slower main kernel leaves the conversion a smaller share (0.99 at causal 1k, session 38).
 template <class T>
 int concurrent_dq_convert_sms(const BwdArgs& a) {
-  const bool main_runs = (a.varlen() ? a.total_k : a.seqlen_k) > 0 && a.seqlen_q > 0 && a.batch > 0 && a.nheads_k > 0;
-  if (!main_runs || a.dq_convert_sms < 0 || a.num_sms < 2) return 0;
+  // The conversion waits for the main kernel's tiles: only where it has some (launch: total_k > 0
+  // and num_tiles > 0; varlen's longest sequence may be 0 keys with total_k > 0) and queries.
+  const bool main_has_tiles = a.seqlen_k > 0 && (!a.varlen() || a.total_k > 0) && a.batch > 0 && a.nheads_k > 0;
+  if (!main_has_tiles || a.seqlen_q <= 0 || a.dq_convert_sms < 0 || a.num_sms < 2) return 0;
+  // Its work items (query blocks of every head) are counted in 32 bits, with room for the
+  // claims past the end.
+  const int64_t items = int64_t(a.batch) * a.nheads * ((int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM);
+  if (items > INT32_MAX / 2) return 0;
   if (a.dq_convert_sms > 0) return std::min(a.dq_convert_sms, a.num_sms - 1);
   return a.deterministic ? 0 : concurrent_dq_convert_sms_rule(a.seqlen_k, a.has_window(), a.num_sms);
 }

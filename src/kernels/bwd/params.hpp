@@ -28,7 +28,7 @@ struct BwdCommonParams {
   // The preprocess clears dq_accum and every writer adds, instead of the first writer of each
   // query block storing (launch.hpp, clears_dq_accum, says where).
   bool dq_accum_cleared{};
-  // Concurrent dQ conversion (launch.hpp, uses_concurrent_dq_convert): per (batch entry, KV
+  // Concurrent dQ conversion (launch.hpp, concurrent_dq_convert_sms): per (batch entry, KV
   // head) pair, batch * nheads_k + kv_head, the number of its key tiles whose dQ writes have all
   // landed (the main kernel's dQ writer counts, postprocess.hpp waits). Null otherwise.
   int* pair_tiles_done{};

@@ -98,7 +98,7 @@ __global__ void __launch_bounds__(T::kNumConsumerThreads) bwd_postprocess_kernel
                       /*fresh=*/false);
 }
 
-// The concurrent form (launch.hpp, uses_concurrent_dq_convert): launched with PDL while the main
+// The concurrent form (launch.hpp, concurrent_dq_convert_sms): launched with PDL while the main
 // kernel, which leaves a few SMs free, still runs; the CTAs that fit there convert each (batch
 // entry, KV head) pair's dQ as soon as the pair's last key tile has landed its adds
 // (p.pair_tiles_done, counted by the dQ writer), from L2 where they were just added, instead of

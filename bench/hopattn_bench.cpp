@@ -168,22 +168,22 @@ std::vector<Case> single_shape_cases(const CliOptions& o) {
 }
 
 // One case per (kernel, L2 section) of --kernels x --l2-section-pairs for each forward case, and
-// per (L2 section, lag threshold, dQ-converting SMs) for each backward case: the variants of one shape, one group
-// each (run_all times a group's variants in rotated order).
+// per (L2 section, lag threshold, dQ-converting SMs) for each backward case: the variants of one
+// shape, one group each (run_all times a group's variants in rotated order).
 std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
   const std::vector<std::string> no_kernel{""};  // the dispatcher's choice
   const std::vector<std::string>& kernels = o.kernels.empty() ? no_kernel : o.kernels;
-  const std::vector<int32_t> sections = o.l2_section_pairs.empty() ? std::vector<int32_t>{0} : o.l2_section_pairs;
-  const std::vector<int32_t> no_lag{0};
-  const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? no_lag : o.lag_dq_min_steps;
-  const std::vector<int32_t>& converts = o.dq_convert_sms.empty() ? no_lag : o.dq_convert_sms;
+  const std::vector<int32_t> library_rule{0};  // 0 means the library's rule for every numeric knob
+  const std::vector<int32_t>& sections = o.l2_section_pairs.empty() ? library_rule : o.l2_section_pairs;
+  const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? library_rule : o.lag_dq_min_steps;
+  const std::vector<int32_t>& converts = o.dq_convert_sms.empty() ? library_rule : o.dq_convert_sms;
   std::vector<std::vector<Case>> out;
   for (const Case& c : cases) {
     std::vector<Case>& group = out.emplace_back();
     for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
       for (int32_t s : sections)
-        for (int32_t lag : c.direction == Direction::kBwd ? lags : no_lag)
-          for (int32_t conv : c.direction == Direction::kBwd ? converts : no_lag) {
+        for (int32_t lag : c.direction == Direction::kBwd ? lags : library_rule)
+          for (int32_t conv : c.direction == Direction::kBwd ? converts : library_rule) {
             Case v = c;
             v.kernel = k;
             v.l2_section_pairs = s;

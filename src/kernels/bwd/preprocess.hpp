@@ -33,6 +33,19 @@ struct PreprocessShape {
   static_assert(kHeadDim % 16 == 0 && kVecsPerRow % kLanes == 0);
 };
 
+// One 16-byte piece of a row of O or dO: read once, so past L1 (O and dO are inputs, unchanged
+// while the backward runs), with a 256-byte L2 prefetch (rows are 128-512 contiguous bytes, and
+// the neighbouring heads' rows follow). Against plain loads, standalone at 16k tokens x 2048
+// (H100, session 39): d64 55.1 -> 52.3 us, d128 52.8 -> 50.3, d256 52.1 -> 51.1; a plain read of
+// O and dO takes 50 us there.
+__device__ __forceinline__ uint4 load_row_piece(const void* src) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(src));
+  return v;
+}
+
 template <class Element, int kHeadDim, int kBlockM>
 __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(const __grid_constant__ BwdPreParams<Element> p) {
   using Shape = PreprocessShape<kHeadDim>;
@@ -72,8 +85,8 @@ __global__ void __launch_bounds__(kPreprocessThreads) bwd_preprocess_kernel(cons
       const int col = (v * Shape::kLanes + lane_in_row) * 8;
       o[pass][v] = d[pass][v] = make_uint4(0, 0, 0, 0);
       if (row < si.seqlen_q && in_block(pass, row_in_pass)) {
-        o[pass][v] = *reinterpret_cast<const uint4*>(out + row * p.out_stride.row + col);
-        d[pass][v] = *reinterpret_cast<const uint4*>(dout + row * p.dout_stride.row + col);
+        o[pass][v] = load_row_piece(out + row * p.out_stride.row + col);
+        d[pass][v] = load_row_piece(dout + row * p.dout_stride.row + col);
       }
     }
   }

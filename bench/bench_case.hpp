@@ -43,7 +43,6 @@ struct Case {
   int32_t l2_section_pairs = 0;
   int32_t lag_dq_min_steps = 0;  // backward: BwdTuning::lag_dq_min_steps (0: the library's rule)
   int32_t dq_convert_sms = 0;    // backward: BwdTuning::dq_convert_sms (0: the library's rule)
-  int32_t preprocess_sms = 0;    // backward: BwdTuning::preprocess_sms (0: the library's rule)
 };
 
 // Number of (query row, key) score pairs one (batch, head) computes under the case's mask.

@@ -62,7 +62,6 @@ struct CliOptions {
   std::vector<int32_t> l2_section_pairs;  // empty: sized from the L2 cache
   std::vector<int32_t> lag_dq_min_steps;  // empty: the library's rule
   std::vector<int32_t> dq_convert_sms;    // empty: the library's rule
-  std::vector<int32_t> preprocess_sms;    // empty: the library's rule
   TimingOptions timing;
   uint64_t seed = 0x5eedu;
   int device = 0;
@@ -126,10 +125,6 @@ void add_options(CLI::App& app, CliOptions& o) {
                  "Backward: time each of these counts of SMs converting dQ during the main kernel (-1: none, "
                  "after it; 0: the library's rule)")
       ->delimiter(',')->check(CLI::Range(-1, 1 << 30));
-  app.add_option("--preprocess-sms", o.preprocess_sms,
-                 "Backward: time each of these counts of SMs running the preprocess beside the main kernel "
-                 "(-1: none, it runs alone before; 0: the library's rule)")
-      ->delimiter(',')->check(CLI::Range(-1, 1 << 30));
   app.add_option("--warmup", o.timing.warmup, "Untimed launches before timing")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--reps", o.timing.reps, "Timed launches (the median is reported)")
@@ -173,7 +168,7 @@ std::vector<Case> single_shape_cases(const CliOptions& o) {
 }
 
 // One case per (kernel, L2 section) of --kernels x --l2-section-pairs for each forward case, and
-// per (L2 section, lag threshold, dQ-converting SMs, preprocess SMs) for each backward case: the variants of one
+// per (L2 section, lag threshold, dQ-converting SMs) for each backward case: the variants of one
 // shape, one group each (run_all times a group's variants in rotated order).
 std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
   const std::vector<std::string> no_kernel{""};  // the dispatcher's choice
@@ -182,23 +177,20 @@ std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases
   const std::vector<int32_t>& sections = o.l2_section_pairs.empty() ? library_rule : o.l2_section_pairs;
   const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? library_rule : o.lag_dq_min_steps;
   const std::vector<int32_t>& converts = o.dq_convert_sms.empty() ? library_rule : o.dq_convert_sms;
-  const std::vector<int32_t>& pres = o.preprocess_sms.empty() ? library_rule : o.preprocess_sms;
   std::vector<std::vector<Case>> out;
   for (const Case& c : cases) {
     std::vector<Case>& group = out.emplace_back();
     for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
       for (int32_t s : sections)
         for (int32_t lag : c.direction == Direction::kBwd ? lags : library_rule)
-          for (int32_t conv : c.direction == Direction::kBwd ? converts : library_rule)
-            for (int32_t pre : c.direction == Direction::kBwd ? pres : library_rule) {
-              Case v = c;
-              v.kernel = k;
-              v.l2_section_pairs = s;
-              v.lag_dq_min_steps = lag;
-              v.dq_convert_sms = conv;
-              v.preprocess_sms = pre;
-              group.push_back(v);
-            }
+          for (int32_t conv : c.direction == Direction::kBwd ? converts : library_rule) {
+            Case v = c;
+            v.kernel = k;
+            v.l2_section_pairs = s;
+            v.lag_dq_min_steps = lag;
+            v.dq_convert_sms = conv;
+            group.push_back(v);
+          }
   }
   return out;
 }

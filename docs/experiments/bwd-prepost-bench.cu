@@ -211,23 +211,6 @@ struct Bench {
       float x[kN] = {time(p_new), time(p_ldcs), time(p_bulk), time(q_new), time(ceiling)};
       for (int i = 0; i < kN; ++i) t[i] += x[i] / 3;
     }
-    // The concurrent preprocess alone on P SMs (session 39), its counters zeroed before each run
-    // (a memset inside the timed interval), outputs compared with the tree kernel's.
-    BwdPreParams<E> cpre = pre;
-    cpre.item_counter = reinterpret_cast<int*>(ws + WorkspaceLayout::kPreItemCounterOffset);
-    cpre.pair_stats_ready = reinterpret_cast<int*>(ws + wl.pair_ready_offset);
-    cpre.num_m_blocks = mb;
-    std::vector<float> dc(2 * rows);
-    printf("d%-3d concurrent preprocess alone:", d);
-    for (int P : {24, 40, 66, sms}) {
-      auto run_c = [&] {
-        CK(cudaMemsetAsync(ws, 0, wl.lse_offset));
-        bwd_preprocess_concurrent_kernel<E, T::kHeadDim, T::kBlockM><<<P, kPreprocessThreads * kPreprocessGroups>>>(cpre);
-      };
-      run_c(); CK(cudaDeviceSynchronize()); grab(dc);
-      printf(" P=%d %5.1f us%s", P, time(run_c), dc == da ? "" : " (MISMATCH)");
-    }
-    printf("\n");
     printf("d%-3d Bm %3d mismatches %d | post: tree %5.1f ldcs %5.1f bulk %5.1f us | pre: %5.1f us"
            " | read ceiling of O + dO: %5.1f us (%.2f TB/s)\n",
            d, T::kBlockM, bad, t[0], t[1], t[2], t[3], t[4], 4.0 * n / (t[4] * 1e6));

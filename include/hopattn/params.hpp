@@ -108,10 +108,6 @@ struct BwdTuning {
   // SMs that convert dQ while the main kernel runs (the main kernel then leaves them free): > 0
   // that many; -1 none (dQ is converted after the main kernel); 0 the library's rule.
   int32_t dq_convert_sms = 0;
-  // SMs the preprocess (D = rowsum(dO * O)) keeps while the main kernel starts on the others and
-  // waits only for the rows it needs: > 0 that many; -1 none (the preprocess runs alone, on every
-  // SM, before the main kernel); 0 the library's rule.
-  int32_t preprocess_sms = 0;
 };
 
 struct BwdParams {

@@ -43,9 +43,6 @@ FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev) {
   if (p.tuning.dq_convert_sms < -1)
     fail("tuning.dq_convert_sms", "must be >= -1 (-1 = after the main kernel, 0 = the library's rule), got " +
                                       std::to_string(p.tuning.dq_convert_sms));
-  if (p.tuning.preprocess_sms < -1)
-    fail("tuning.preprocess_sms", "must be >= -1 (-1 = alone before the main kernel, 0 = the library's rule), got " +
-                                      std::to_string(p.tuning.preprocess_sms));
   return prob;
 }
 

@@ -31,10 +31,6 @@ struct AttnCase {
   int l2_section_pairs = 0;             // Fwd/BwdTuning::l2_section_pairs (tiles per L2 section)
   int lag_dq_min_steps = 0;             // backward only: BwdTuning::lag_dq_min_steps
   int dq_convert_sms = 0;               // backward only: BwdTuning::dq_convert_sms (-1: after the main kernel)
-  int preprocess_sms = 0;               // backward only: BwdTuning::preprocess_sms (-1: alone, before the main kernel)
-  // backward only, varlen: > 0 passes this max_seqlen_q, below the longest sequence (rows past it
-  // are not computed: the test checks only that the call returns and leaves its inputs alone)
-  int understated_max_seqlen_q = 0;
   int max_ctas = 0;                     // forward only: > 0 plans for this many SMs, so that each
                                         // persistent CTA runs many tiles of a small problem
   // K rows at positions < gain_keys of each sequence are multiplied by key_gain (apply_key_gain):
@@ -60,8 +56,6 @@ struct AttnCase {
     if (l2_section_pairs > 0) os << "_l2sec" << l2_section_pairs;
     if (lag_dq_min_steps > 0) os << "_lag" << lag_dq_min_steps;
     if (dq_convert_sms != 0) os << "_dqconv" << dq_convert_sms;
-    if (preprocess_sms != 0) os << "_pre" << preprocess_sms;
-    if (understated_max_seqlen_q > 0) os << "_maxq" << understated_max_seqlen_q;
     if (max_ctas > 0) os << "_ctas" << max_ctas;
     if (gain_keys) os << "_gain" << int(key_gain) << "below" << gain_keys;
     std::string s = os.str();

@@ -283,15 +283,6 @@ TEST(DqConvertRule, SmsGoAsOneOverVisibleKeys) {
   EXPECT_EQ(concurrent_dq_convert_sms_rule(1024, false, 16), 0);
 }
 
-TEST(PreprocessRule, TwoThirdsOfTheSmsAtMostOneCtaPerFourBlocks) {
-  using hopattn::kernels::bwd::concurrent_preprocess_sms_rule;
-  EXPECT_EQ(concurrent_preprocess_sms_rule(132, 2048), 88);
-  EXPECT_EQ(concurrent_preprocess_sms_rule(66, 2048), 44);
-  EXPECT_EQ(concurrent_preprocess_sms_rule(132, 9), 3);   // small problems: a CTA per 4 blocks
-  EXPECT_EQ(concurrent_preprocess_sms_rule(132, 1), 1);
-  EXPECT_EQ(concurrent_preprocess_sms_rule(2, 2048), 1);  // never none
-}
-
 TEST_F(FwdFixture, DtypeMismatch) {
   p.k.dtype = DType::kFloat16;
   expect_error(ErrorCode::kInvalidArgument, "k", "dtype");
@@ -600,9 +591,6 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
   p.tuning.dq_convert_sms = -2;
   expect_invalid("tuning.dq_convert_sms");
   p.tuning.dq_convert_sms = 0;
-  p.tuning.preprocess_sms = -2;
-  expect_invalid("tuning.preprocess_sms");
-  p.tuning.preprocess_sms = 0;
   p.lse = {};
   try {
     plan_bwd(p, fake_hopper());

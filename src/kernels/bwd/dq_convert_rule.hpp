@@ -1,6 +1,5 @@
-// How many SMs the backward leaves to the concurrent dQ conversion (postprocess.hpp) and to the
-// concurrent preprocess (preprocess.hpp); launch.hpp asks. Host code without CUDA types, so that
-// the CPU tests check the rules.
+// How many SMs the backward leaves to the concurrent dQ conversion (postprocess.hpp; launch.hpp
+// asks). Host code without CUDA types, so that the CPU tests check the rule.
 #pragma once
 
 #include <algorithm>
@@ -23,17 +22,6 @@ inline int concurrent_dq_convert_sms_rule(int seqlen_k, bool masked, int num_sms
   const int visible_keys = std::max(masked ? seqlen_k / 2 : seqlen_k, 1);
   const int sms = std::min(8 * 512 / visible_keys, 8) * num_sms / 132;
   return sms >= 2 ? sms : 0;
-}
-
-// How many SMs the concurrent preprocess keeps while the main kernel starts on the others (one
-// CTA of kPreprocessGroups x 256 threads each). Reading O and dO takes about 50 us for 128 MB on
-// an H100 (its memory bandwidth); the main kernel runs beside it on the other SMs. Measured at
-// d128 (H100, session 39, 16k tokens x 2048, against the preprocess alone): 66 / 88 / 110 of 132
-// SMs +2..3% at 512-1k, 40 SMs -2%, 24 SMs -8% (the main kernel slows while the stream runs);
-// d256 within 1% either way. Two thirds of the SMs, at most one CTA per 4 query blocks.
-inline int concurrent_preprocess_sms_rule(int num_sms, long long query_blocks) {
-  const long long ctas = (query_blocks + 3) / 4;
-  return int(std::max(1LL, std::min<long long>(num_sms * 2LL / 3, ctas)));
 }
 
 }  // namespace hopattn::kernels::bwd

@@ -75,13 +75,10 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   __syncthreads();
   // Launched with PDL (launch.hpp): the setup above overlapped the preprocess kernel's tail; its
   // lse_log2, dsum and (where it is cleared) dq_accum are read only after this, as are the tile
-  // counter and the query-block states that the memset before the preprocess zeroed. With the
-  // concurrent preprocess, which runs beside this kernel, the load warp waits for each pair's
-  // rows instead (wait_pair_stats; that form never clears dq_accum, and the memset was done
-  // before the preprocess started). The postprocess may then be launched: its CTAs fit on an SM
-  // only once this kernel's CTA has left it, or at once on the SMs this grid leaves free for the
-  // concurrent dQ conversion.
-  if (p.pair_stats_ready == nullptr) wait_for_prior_grids();
+  // counter and the query-block states that the memset before the preprocess zeroed. The
+  // postprocess may then be launched: its CTAs fit on an SM only once this kernel's CTA has left
+  // it, or at once on the SMs this grid leaves free for the concurrent dQ conversion.
+  wait_for_prior_grids();
   allow_dependent_launch();
 
   const fwd::TileScheduler sched{p.num_n_blocks, p.nheads_k,     p.num_tiles,    p.heads_per_l2_section,
@@ -97,10 +94,6 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
     Consumer consumer{p, smem, tid, warpgroup - 1};
     consumer.run(sched);
   }
-  // This grid must not complete before the concurrent preprocess (work queued after the backward
-  // may rely on both having finished). Read from the parameters again: a flag held through the
-  // loops would take one of warpgroup 0's few registers.
-  if (p.pair_stats_ready != nullptr) wait_for_prior_grids();
 }
 
 }  // namespace hopattn::kernels::bwd

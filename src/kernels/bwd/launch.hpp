@@ -1,7 +1,7 @@
 // Host side of the backward pass: workspace carving, TMA descriptors, scheduler sizing, and the
-// launches (one memset of the counters and the query-block states, preprocess (before the main
-// kernel, clearing dq_accum where every dQ writer adds, or beside it), main kernel, postprocess
-// (after the main kernel, or concurrent with it)), all on one stream and graph-capturable.
+// launches (one memset of the counters and the query-block states, preprocess (clearing
+// dq_accum where every dQ writer adds), main kernel, postprocess (after the main kernel, or
+// concurrent with it)), all on one stream and graph-capturable.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -55,48 +55,21 @@ bool clears_dq_accum(const BwdArgs& a) {
   return a.seqlen_k > 1024;
 }
 
-// Whether the main kernel has tiles (launch: total_k > 0 and num_tiles > 0; varlen's longest
-// sequence may be 0 keys with total_k > 0): the concurrent forms of the pre- and postprocess
-// wait for it or it for them.
-inline bool main_kernel_has_tiles(const BwdArgs& a) {
-  return a.seqlen_k > 0 && (!a.varlen() || a.total_k > 0) && a.batch > 0 && a.nheads_k > 0;
-}
-
 // How many SMs convert dQ while the main kernel runs (postprocess.hpp, the concurrent form); 0:
 // the postprocess runs after it. The rule: dq_convert_rule.hpp; not in deterministic mode, whose
 // slower main kernel leaves the conversion a smaller share (0.99 at causal 1k, session 38).
 template <class T>
 int concurrent_dq_convert_sms(const BwdArgs& a) {
-  // The conversion waits for the main kernel's tiles: only where it has some, and queries.
-  if (!main_kernel_has_tiles(a) || a.seqlen_q <= 0 || a.dq_convert_sms < 0 || a.num_sms < 2) return 0;
+  // The conversion waits for the main kernel's tiles: only where it has some (launch: total_k > 0
+  // and num_tiles > 0; varlen's longest sequence may be 0 keys with total_k > 0) and queries.
+  const bool main_has_tiles = a.seqlen_k > 0 && (!a.varlen() || a.total_k > 0) && a.batch > 0 && a.nheads_k > 0;
+  if (!main_has_tiles || a.seqlen_q <= 0 || a.dq_convert_sms < 0 || a.num_sms < 2) return 0;
   // Its work items (query blocks of every head) are counted in 32 bits, with room for the
   // claims past the end.
   const int64_t items = int64_t(a.batch) * a.nheads * ((int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM);
   if (items > INT32_MAX / 2) return 0;
   if (a.dq_convert_sms > 0) return std::min(a.dq_convert_sms, a.num_sms - 1);
   return a.deterministic ? 0 : concurrent_dq_convert_sms_rule(a.seqlen_k, a.has_window(), a.num_sms);
-}
-
-// How many SMs the preprocess keeps while the main kernel starts beside it (preprocess.hpp, the
-// concurrent form); 0: it runs alone before the main kernel. The rule takes d96/d128 only: d128
-// gained 2-3% at 512-1k keys (H100, session 40); d64 read within 1% either way (its main kernel
-// is short next to the stream); d192/d256 are bound by L2's rate of dQ reduce-adds, and at d256
-// the stream beside it measured within 1% of the preprocess alone (sessions 39-40). Not where dq_accum is cleared: the
-// dQ writers' bulk adds would then have to be ordered after the preprocess's plain stores of
-// zeros in another CTA (and that happens only beyond 1024 keys, where the preprocess is a small
-// share), nor where the main kernel does not run (its tile count decides, as for the dQ
-// conversion).
-template <class T>
-int concurrent_preprocess_sms(const BwdArgs& a) {
-  if (!main_kernel_has_tiles(a) || a.seqlen_q <= 0 || a.preprocess_sms < 0 || a.num_sms < 2 || clears_dq_accum<T>(a)) return 0;
-  const int64_t blocks = int64_t(a.batch) * a.nheads * ((int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM);
-  if (blocks > INT32_MAX / 2) return 0;  // claimed from a 32-bit counter, with room for the claims past the end
-  if (a.preprocess_sms > 0) return std::min(a.preprocess_sms, a.num_sms);
-  // The rule where it was measured: up to 2048 visible keys (a mask halves them), not in
-  // deterministic mode.
-  const int visible_keys = a.has_window() ? a.seqlen_k / 2 : a.seqlen_k;
-  if (T::kHeadDim < 96 || T::kHeadDim >= 192 || a.deterministic || visible_keys > 2048) return 0;
-  return concurrent_preprocess_sms_rule(a.num_sms, blocks);
 }
 
 // The fields every backward kernel reads, the same for the three launches (so the clear policy
@@ -113,7 +86,6 @@ void fill_common(BwdCommonParams& c, const BwdArgs& a, const WorkspaceLayout& wl
   c.dq_block_state = reinterpret_cast<int*>(ws + wl.state_offset);
   c.dq_accum_cleared = clears_dq_accum<T>(a);
   c.pair_tiles_done = concurrent_dq_convert_sms<T>(a) > 0 ? reinterpret_cast<int*>(ws + wl.pair_done_offset) : nullptr;
-  c.pair_stats_ready = concurrent_preprocess_sms<T>(a) > 0 ? reinterpret_cast<int*>(ws + wl.pair_ready_offset) : nullptr;
   c.softmax_scale = a.softmax_scale;
 }
 
@@ -246,14 +218,7 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   pre.lse = a.lse;
   pre.lse_head_stride = a.lse_head_stride;
   pre.lse_batch_stride = a.lse_batch_stride;
-  if (const int pre_sms = concurrent_preprocess_sms<T>(a); pre_sms > 0) {
-    // Beside the main kernel: that many CTAs (one per SM), the main kernel's CTAs on the rest.
-    pre.item_counter = reinterpret_cast<int*>(ws + WorkspaceLayout::kPreItemCounterOffset);
-    pre.num_m_blocks = num_m_blocks;
-    bwd_preprocess_concurrent_kernel<Element, T::kHeadDim, T::kBlockM>
-        <<<pre_sms, kPreprocessThreads * kPreprocessGroups, 0, stream>>>(pre);
-    HOPATTN_CUDA_CHECK(cudaGetLastError());
-  } else if (num_m_blocks > 0) {
+  if (num_m_blocks > 0) {
     bwd_preprocess_kernel<Element, T::kHeadDim, T::kBlockM><<<row_grid, kPreprocessThreads, 0, stream>>>(pre);
     HOPATTN_CUDA_CHECK(cudaGetLastError());
   }

@@ -32,10 +32,6 @@ struct BwdCommonParams {
   // head) pair, batch * nheads_k + kv_head, the number of its key tiles whose dQ writes have all
   // landed (the main kernel's dQ writer counts, postprocess.hpp waits). Null otherwise.
   int* pair_tiles_done{};
-  // Concurrent preprocess (launch.hpp, concurrent_preprocess_sms): per pair, the number of its
-  // query blocks (of every query head of the group) whose lse_log2 and dsum rows are written
-  // (the preprocess counts, the main kernel's load warp waits). Null otherwise.
-  int* pair_stats_ready{};
   float softmax_scale{};
 };
 
@@ -55,10 +51,6 @@ struct BwdPreParams : BwdCommonParams {
   Strides3 out_stride, dout_stride;
   const float* lse{};
   int64_t lse_head_stride{}, lse_batch_stride{};
-  // The concurrent form only (preprocess.hpp): query blocks are claimed in pair order from
-  // item_counter.
-  int* item_counter{};
-  int num_m_blocks{};
 };
 
 // Postprocess: dq = softmax_scale * dq_accum in the input dtype.

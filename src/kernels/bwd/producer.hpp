@@ -1,7 +1,6 @@
 // The load warp (warpgroup 0, warp 0, one elected thread): per tile, K and V once (after the
 // tile's first Q where T::kFirstQBeforeKv); per step Q, dO (TMA) and the step's lse_log2 and dsum
-// rows (1-D bulk copies, once the concurrent preprocess has written the pair's, wait_pair_stats)
-// into the step rings (StepLoadRings: one ring for both, or one each where
+// rows (1-D bulk copies) into the step rings (StepLoadRings: one ring for both, or one each where
 // Q has more stages than dO).
 #pragma once
 
@@ -10,7 +9,6 @@
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
 #include "kernels/bwd/timeline_events.hpp"
-#include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/pipeline.hpp"
 #include "kernels/fwd/timeline.hpp"
 
@@ -34,21 +32,6 @@ __device__ __forceinline__ int claim_and_publish(Storage& smem, fwd::TileRingSta
   const int next = atomicAdd(smem.tile_counter, 1);
   fwd::publish_tile(smem.tiles, ring, next);
   return next;
-}
-
-// With the concurrent preprocess (launch.hpp, concurrent_preprocess_sms): returns once the
-// preprocess has written the lse_log2 and dsum rows of every query block of the tile's pair, which
-// it counts per pair (preprocess.hpp); then the bulk copies (async proxy) that load them see the
-// rows. Only the stats wait: Q, dO, K and V are inputs.
-// The preprocess covers the blocks below max_seqlen_q only (p.seqlen_q, varlen): a caller that
-// understates it gets wrong rows past it, as documented, but no wait that never ends.
-template <class T>
-__device__ __forceinline__ void wait_pair_stats(const BwdKernelParams<T>& p, const TileWork<T>& w) {
-  const int rows = w.si.seqlen_q < p.seqlen_q ? w.si.seqlen_q : p.seqlen_q;
-  const int blocks = p.head_group * ((rows + T::kBlockM - 1) / T::kBlockM);
-  const int* count = p.pair_stats_ready + w.batch * p.nheads_k + w.kv_head;
-  while (load_acquire_gpu(count) < blocks) __nanosleep(64);
-  asm volatile("fence.proxy.async.global;" ::: "memory");
 }
 
 // The producer's positions in the Q and dO rings of the steps: one ring with one empty barrier
@@ -147,7 +130,6 @@ __device__ void bwd_producer_loop(const BwdKernelParams<T>& p, typename T::Share
       }
     };
     if constexpr (!T::kFirstQBeforeKv) load_kv();
-    if (p.pair_stats_ready != nullptr) wait_pair_stats<T>(p, w);
 
     for (int g = 0; g < p.head_group; ++g) {
       const int head = w.kv_head * p.head_group + g;

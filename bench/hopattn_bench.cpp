@@ -62,6 +62,7 @@ struct CliOptions {
   std::vector<int32_t> l2_section_pairs;  // empty: sized from the L2 cache
   std::vector<int32_t> lag_dq_min_steps;  // empty: the library's rule
   std::vector<int32_t> dq_convert_sms;    // empty: the library's rule
+  std::vector<int32_t> split_tail_tiles;  // empty: the library's rule
   TimingOptions timing;
   uint64_t seed = 0x5eedu;
   int device = 0;
@@ -125,6 +126,10 @@ void add_options(CLI::App& app, CliOptions& o) {
                  "Backward: time each of these counts of SMs converting dQ during the main kernel (-1: none, "
                  "after it; 0: the library's rule)")
       ->delimiter(',')->check(CLI::Range(-1, 1 << 30));
+  app.add_option("--split-tail-tiles", o.split_tail_tiles,
+                 "Backward: time each of these counts of last key tiles handed out as two halves (-1: none; 0: "
+                 "the library's rule)")
+      ->delimiter(',')->check(CLI::Range(-1, 1 << 30));
   app.add_option("--warmup", o.timing.warmup, "Untimed launches before timing")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--reps", o.timing.reps, "Timed launches (the median is reported)")
@@ -177,20 +182,23 @@ std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases
   const std::vector<int32_t>& sections = o.l2_section_pairs.empty() ? library_rule : o.l2_section_pairs;
   const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? library_rule : o.lag_dq_min_steps;
   const std::vector<int32_t>& converts = o.dq_convert_sms.empty() ? library_rule : o.dq_convert_sms;
+  const std::vector<int32_t>& splits = o.split_tail_tiles.empty() ? library_rule : o.split_tail_tiles;
   std::vector<std::vector<Case>> out;
   for (const Case& c : cases) {
     std::vector<Case>& group = out.emplace_back();
     for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
       for (int32_t s : sections)
         for (int32_t lag : c.direction == Direction::kBwd ? lags : library_rule)
-          for (int32_t conv : c.direction == Direction::kBwd ? converts : library_rule) {
-            Case v = c;
-            v.kernel = k;
-            v.l2_section_pairs = s;
-            v.lag_dq_min_steps = lag;
-            v.dq_convert_sms = conv;
-            group.push_back(v);
-          }
+          for (int32_t conv : c.direction == Direction::kBwd ? converts : library_rule)
+            for (int32_t split : c.direction == Direction::kBwd ? splits : library_rule) {
+              Case v = c;
+              v.kernel = k;
+              v.l2_section_pairs = s;
+              v.lag_dq_min_steps = lag;
+              v.dq_convert_sms = conv;
+              v.split_tail_tiles = split;
+              group.push_back(v);
+            }
   }
   return out;
 }

@@ -112,6 +112,7 @@ hopattn::BwdParams make_bwd_params(const Case& c, const BufferSet& b) {
   p.tuning.l2_section_pairs = c.l2_section_pairs;
   p.tuning.lag_dq_min_steps = c.lag_dq_min_steps;
   p.tuning.dq_convert_sms = c.dq_convert_sms;
+  p.tuning.split_tail_tiles = c.split_tail_tiles;
   return p;
 }
 

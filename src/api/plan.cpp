@@ -175,6 +175,7 @@ kernels::BwdArgs make_bwd_args(const BwdParams& p, const FwdProblem& prob, const
   a.l2_section_pairs = p.tuning.l2_section_pairs;
   a.lag_dq_min_steps = p.tuning.lag_dq_min_steps;
   a.dq_convert_sms = p.tuning.dq_convert_sms;
+  a.split_tail_tiles = p.tuning.split_tail_tiles;
   return a;
 }
 

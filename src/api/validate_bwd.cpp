@@ -43,6 +43,9 @@ FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev) {
   if (p.tuning.dq_convert_sms < -1)
     fail("tuning.dq_convert_sms", "must be >= -1 (-1 = after the main kernel, 0 = the library's rule), got " +
                                       std::to_string(p.tuning.dq_convert_sms));
+  if (p.tuning.split_tail_tiles < -1)
+    fail("tuning.split_tail_tiles", "must be >= -1 (-1 = none, 0 = the library's rule), got " +
+                                        std::to_string(p.tuning.split_tail_tiles));
   return prob;
 }
 

@@ -24,6 +24,7 @@ struct BwdArgs : ProblemArgs {
   int32_t l2_section_pairs = 0;  // BwdTuning::l2_section_pairs
   int32_t lag_dq_min_steps = 0;  // BwdTuning::lag_dq_min_steps
   int32_t dq_convert_sms = 0;    // BwdTuning::dq_convert_sms
+  int32_t split_tail_tiles = 0;  // BwdTuning::split_tail_tiles
 };
 
 }  // namespace hopattn::kernels

@@ -12,6 +12,7 @@
 #include "hopattn/hopattn.hpp"
 #include "kernels/bwd/dq_convert_rule.hpp"
 #include "kernels/bwd/l2_sections.hpp"
+#include "kernels/bwd/tail_split_rule.hpp"
 #include "kernels/fwd/l2_sections.hpp"
 
 namespace hopattn {
@@ -266,6 +267,18 @@ TEST(L2Sections, BackwardDeterministicMaskedSections) {
   EXPECT_EQ(bwd_deterministic_masked_section_pairs(8, 16, 2048, kSms), 8);     // fewer pairs than a section
   EXPECT_EQ(bwd_deterministic_masked_section_pairs(1, 2048, 131072, kSms), 1); // more than 8 waves in one pair
   EXPECT_EQ(bwd_deterministic_masked_section_pairs(64, 8, 1024, 0), 1);        // unknown SM count: one pair
+}
+
+TEST(TailSplitRule, SplitsTheLastWaveWhereItsHalvesFitOneWave) {
+  using hopattn::kernels::bwd::split_tail_tiles_rule;
+  EXPECT_EQ(split_tail_tiles_rule(2560, 132), 52);  // 19.4 waves: 104 halves
+  EXPECT_EQ(split_tail_tiles_rule(160, 132), 28);
+  EXPECT_EQ(split_tail_tiles_rule(132 * 15 + 66, 132), 66);
+  EXPECT_EQ(split_tail_tiles_rule(2048, 132), 0);  // 68 left: 136 halves, a whole tile's tail again
+  EXPECT_EQ(split_tail_tiles_rule(132 * 33, 132), 0);       // whole waves
+  EXPECT_EQ(split_tail_tiles_rule(100, 132), 0);            // one wave: grid = tiles
+  EXPECT_EQ(split_tail_tiles_rule(132, 132), 0);
+  EXPECT_EQ(split_tail_tiles_rule(5, 1), 0);
 }
 
 TEST(DqConvertRule, SmsGoAsOneOverVisibleKeys) {
@@ -591,6 +604,9 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
   p.tuning.dq_convert_sms = -2;
   expect_invalid("tuning.dq_convert_sms");
   p.tuning.dq_convert_sms = 0;
+  p.tuning.split_tail_tiles = -2;
+  expect_invalid("tuning.split_tail_tiles");
+  p.tuning.split_tail_tiles = 0;
   p.lse = {};
   try {
     plan_bwd(p, fake_hopper());

@@ -97,6 +97,7 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
   p.tuning.lag_dq_min_steps = c.lag_dq_min_steps;
   p.tuning.l2_section_pairs = c.l2_section_pairs;
   p.tuning.dq_convert_sms = c.dq_convert_sms;
+  p.tuning.split_tail_tiles = c.split_tail_tiles;
 
   Plan fplan, bplan;
   try {
@@ -261,6 +262,25 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; c.dq_convert_sms = 1; });
   add([](BwdCase& c) { c.batch = 3; c.seqlen_q = 300; c.seqlen_k = 400; c.causal = true; c.dq_convert_sms = 100000; });
   add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.batch = 3; c.seqlen_q = 300; c.seqlen_k = 400; c.dq_convert_sms = 100000; });
+  // Key tiles handed out as two halves of their query walk (bwd/tail_split.hpp; the rule takes
+  // only problems of more than one wave of tiles): every tile (a huge count), and the last few,
+  // with dq_accum cleared (d256 beyond 1024 keys) or first stores, under masks, GQA (each half
+  // walks its share of every query head's blocks), varlen with empty sequences and one-block
+  // walks (one half empty); the rule's own split (160 tiles of 4k keys: on 132 SMs it splits the
+  // last 28) and -1 there. Deterministic mode ignores the count.
+  for (int d : {64, 128, 256})
+    for (bool causal : {false, true})
+      add([&](BwdCase& c) { c.head_dim = d; c.causal = causal; c.split_tail_tiles = 100000; });
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 300; c.seqlen_k = 1100; c.causal = true; c.split_tail_tiles = 100000; });
+  add([](BwdCase& c) { c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 500; c.seqlen_k = 333; c.causal = true; c.split_tail_tiles = 3; });
+  add([](BwdCase& c) { c.head_dim = 192; c.nheads = 6; c.nheads_k = 1; c.seqlen_q = 300; c.seqlen_k = 200; c.split_tail_tiles = 100000; });
+  add([](BwdCase& c) { c.varlen_q = {129, 0, 300, 17}; c.varlen_k = {200, 5, 300, 1}; c.causal = true; c.split_tail_tiles = 100000; });
+  add([](BwdCase& c) { c.head_dim = 96; c.window_left = 100; c.window_right = 30; c.seqlen_q = 500; c.seqlen_k = 700; c.split_tail_tiles = 5; });
+  add([](BwdCase& c) { c.head_dim = 64; c.seqlen_q = 64; c.seqlen_k = 700; c.softcap = 5.f; c.split_tail_tiles = 100000; });
+  add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 300; c.seqlen_k = 400; c.split_tail_tiles = 100000; });
+  add([](BwdCase& c) { c.head_dim = 128; c.batch = 1; c.nheads = 1; c.nheads_k = 1; c.seqlen_q = 100; c.seqlen_k = 300; c.split_tail_tiles = 1; c.dq_convert_sms = 4; });
+  add([](BwdCase& c) { c.head_dim = 64; c.batch = 1; c.nheads = 5; c.nheads_k = 5; c.seqlen_q = 64; c.seqlen_k = 4096; });
+  add([](BwdCase& c) { c.head_dim = 64; c.batch = 1; c.nheads = 5; c.nheads_k = 5; c.seqlen_q = 64; c.seqlen_k = 4096; c.split_tail_tiles = -1; });
   return cases;
 }
 

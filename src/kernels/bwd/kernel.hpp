@@ -81,7 +81,8 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   wait_for_prior_grids();
   allow_dependent_launch();
 
-  const fwd::TileScheduler sched{p.num_n_blocks, p.nheads_k,     p.num_tiles,    p.heads_per_l2_section,
+  // The scheduler hands out work items: whole tiles, then halves of the last ones (tail_split.hpp).
+  const fwd::TileScheduler sched{p.num_n_blocks, p.nheads_k,     p.num_items,    p.heads_per_l2_section,
                                  false,          p.tile_counter, p.tile_divisors};
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();

@@ -20,6 +20,7 @@
 #include "kernels/bwd/l2_sections.hpp"
 #include "kernels/bwd/postprocess.hpp"
 #include "kernels/bwd/preprocess.hpp"
+#include "kernels/bwd/tail_split_rule.hpp"
 #include "kernels/bwd/workspace.hpp"
 #include "kernels/bwd_args.hpp"
 #include "kernels/fwd/launch.hpp"
@@ -27,9 +28,12 @@
 namespace hopattn::kernels::bwd {
 
 template <class T>
+int split_tail_tiles(const BwdArgs& a);
+
+template <class T>
 WorkspaceLayout workspace_layout(const BwdArgs& a) {
   return WorkspaceLayout::make(a.varlen(), a.batch, a.seqlen_q, a.total_q, a.nheads, a.nheads_k, T::kHeadDim,
-                               T::kBlockM);
+                               T::kBlockM, split_tail_tiles<T>(a), T::kBlockN);
 }
 
 template <class T>
@@ -64,12 +68,33 @@ int concurrent_dq_convert_sms(const BwdArgs& a) {
   // and num_tiles > 0; varlen's longest sequence may be 0 keys with total_k > 0) and queries.
   const bool main_has_tiles = a.seqlen_k > 0 && (!a.varlen() || a.total_k > 0) && a.batch > 0 && a.nheads_k > 0;
   if (!main_has_tiles || a.seqlen_q <= 0 || a.dq_convert_sms < 0 || a.num_sms < 2) return 0;
+  // Forced tail splitting: the conversion counts whole tiles per pair (postprocess.hpp).
+  if (a.split_tail_tiles > 0) return 0;
   // Its work items (query blocks of every head) are counted in 32 bits, with room for the
   // claims past the end.
   const int64_t items = int64_t(a.batch) * a.nheads * ((int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM);
   if (items > INT32_MAX / 2) return 0;
   if (a.dq_convert_sms > 0) return std::min(a.dq_convert_sms, a.num_sms - 1);
   return a.deterministic ? 0 : concurrent_dq_convert_sms_rule(a.seqlen_k, a.has_window(), a.num_sms);
+}
+
+// The main kernel's key tiles: every key block of every (batch entry, KV head) pair.
+template <class T>
+int64_t main_kernel_tiles(const BwdArgs& a) {
+  return (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN * a.nheads_k * a.batch;
+}
+
+// How many of the main kernel's last tiles go out as two halves (tail_split.hpp): the rule
+// (tail_split_rule.hpp) where the dQ conversion runs after the main kernel (the concurrent one
+// counts whole tiles), or the forced count; none in deterministic mode (its dQ adds go in
+// key-block order, which halves would have to keep too).
+template <class T>
+int split_tail_tiles(const BwdArgs& a) {
+  const int64_t tiles = main_kernel_tiles<T>(a);
+  if (a.split_tail_tiles < 0 || a.deterministic || tiles <= 0 || tiles > INT32_MAX / 2) return 0;
+  if (a.split_tail_tiles > 0) return int(std::min<int64_t>(a.split_tail_tiles, tiles));
+  if (concurrent_dq_convert_sms<T>(a) > 0) return 0;
+  return split_tail_tiles_rule(tiles, int(std::min<int64_t>(tiles, a.num_sms)));
 }
 
 // The fields every backward kernel reads, the same for the three launches (so the clear policy
@@ -135,12 +160,16 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
 
   const int64_t num_n_blocks = (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN;
   const int64_t pairs = int64_t(a.nheads_k) * a.batch;
-  const int64_t num_tiles = num_n_blocks * pairs;
+  const int64_t num_tiles = main_kernel_tiles<T>(a);
   if (num_tiles > INT32_MAX)
     throw Error(ErrorCode::kNotSupported, "k", "more than 2^31 backward tiles (batch * nheads_k * seqlen_k / " +
                                                    std::to_string(T::kBlockN) + ")");
   p.num_n_blocks = int(num_n_blocks);
   p.num_tiles = int(num_tiles);
+  const int split = split_tail_tiles<T>(a);  // tiles <= INT32_MAX / 2 where > 0
+  p.num_whole_tiles = p.num_tiles - split;
+  p.num_items = p.num_tiles + split;
+  p.split_partials = split > 0 ? reinterpret_cast<float*>(ws + wl.split_partials_offset) : nullptr;
   // Every key block of a KV head reads all of its group's Q and dO and adds into its dq_accum
   // rows. Without a mask all key blocks take equally long: one (KV head, batch) pair per L2
   // section, so the key blocks of a head run side by side, walk the query blocks together (from
@@ -232,6 +261,9 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
       HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
       const int grid = std::min(p.num_tiles, a.num_sms - concurrent_dq_convert_sms<T>(a));
       launch_after_prior_grid(kernel, dim3(grid), dim3(T::kNumThreads), T::kSmemBytes, stream, p);
+      if (p.num_items > p.num_tiles)  // split tiles: their dK and dV sums to the outputs
+        launch_after_prior_grid(bwd_split_tiles_kernel<T>, dim3(p.num_tiles - p.num_whole_tiles, 2), dim3(256), 0,
+                                stream, p);
 #ifdef HOPATTN_EXP_TIMELINE
       fwd::timeline_print_kernel<<<1, 1, 0, stream>>>(/*bwd=*/true);
 #endif

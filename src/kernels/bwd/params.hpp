@@ -92,6 +92,11 @@ struct BwdKernelParams : BwdTmaParams<Traits>, BwdCommonParams {
   bool rotate_walk{};  // each tile starts its walk level with its keys (schedule.hpp, first_query_block)
 
   int num_n_blocks{}, num_tiles{}, heads_per_l2_section{};
+  // Tail splitting (tail_split.hpp): work items below num_whole_tiles are whole key tiles; each
+  // later tile goes out as two items, the halves of its query walk (num_items in all), which add
+  // their FP32 dK and dV into the tile's zeroed slot of split_partials.
+  int num_whole_tiles{}, num_items{};
+  float* split_partials{};
   int* tile_counter{};
   fwd::TileDivisors tile_divisors{};  // TileScheduler::decode's, from the fields above
   int lag_dq_min_steps{};  // tiles with at least this many steps run dQ one step late (consumer.hpp)

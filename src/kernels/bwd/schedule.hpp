@@ -2,7 +2,8 @@
 // the consumers and the dQ writer so that all three walk the same steps: for each query head of
 // the KV head's group, the query blocks [m_begin, m_end) that see the tile's keys, from m_first
 // on and around (m_first .. m_end - 1, then m_begin .. m_first - 1). Walking the whole group in
-// one tile keeps dK and dV of a KV head in registers: GQA needs no atomics.
+// one tile keeps dK and dV of a KV head in registers: GQA needs no atomics. The last tiles may go
+// out as two work items each, the two halves of that walk (tail_split.hpp).
 #pragma once
 
 #include "kernels/bwd/mask.hpp"
@@ -61,8 +62,19 @@ struct StepCursor {
   }
 };
 
+// Of a work item: the index of the split tile it is a half of (tail_split.hpp), or -1 (a whole tile).
+template <class Params>
+__device__ __forceinline__ int split_of_item(const Params& p, int item) {
+  return item < p.num_whole_tiles ? -1 : (item - p.num_whole_tiles) / 2;
+}
+
+// Work item `item` (below p.num_items): tile `item` whole, or past p.num_whole_tiles half
+// (item - num_whole_tiles) % 2 of the next tiles in turn, whose query blocks it splits in two
+// (the first half takes the lower ones, per query head of the group).
 template <class T, class Params>
-__device__ __forceinline__ TileWork<T> tile_work(const Params& p, const fwd::TileScheduler& sched, int tile) {
+__device__ __forceinline__ TileWork<T> tile_work(const Params& p, const fwd::TileScheduler& sched, int item) {
+  const int past = item - p.num_whole_tiles;
+  const int tile = past < 0 ? item : p.num_whole_tiles + past / 2;
   const fwd::TileCoord c = sched.decode(tile);  // (n block, kv head, batch)
   TileWork<T> w;
   w.n_block = c.m_block;
@@ -71,6 +83,11 @@ __device__ __forceinline__ TileWork<T> tile_work(const Params& p, const fwd::Til
   w.si = fwd::seq_info(p, c.batch);
   w.mask = {w.si.seqlen_q, w.si.seqlen_k, p.window_left, p.window_right};
   w.mask.m_block_range(w.n_block, w.m_begin, w.m_end);
+  if (past >= 0) {
+    const int mid = w.m_begin + (w.m_end - w.m_begin) / 2;
+    if (past % 2 == 0) w.m_end = mid;
+    else w.m_begin = mid;
+  }
   w.m_first = first_query_block<T::kBlockM, T::kBlockN>(w.n_block, w.m_begin, w.m_end, p.rotate_walk);
   w.stats_row0 = padded_row_start<T::kBlockM>(p.cu_seqlens_q != nullptr, c.batch, w.si.q_offset,
                                               p.seqlen_q_rounded);

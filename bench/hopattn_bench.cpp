@@ -134,6 +134,12 @@ void add_options(CLI::App& app, CliOptions& o) {
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--reps", o.timing.reps, "Timed launches (the median is reported)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--min-warmup-ms", o.timing.min_warmup_ms,
+                 "More warm-up launches where --warmup of them take less than this (ms)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--min-time-ms", o.timing.min_timed_ms,
+                 "More timed launches where --reps of them take less than this (ms)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the random inputs")->capture_default_str();
   app.add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the records (a JSON array) to this file");
@@ -270,11 +276,11 @@ BenchContext make_context(const CliOptions& o, cudaStream_t stream) {
   ctx.stream = stream;
   ctx.timing = o.timing;
   ctx.seed = o.seed;
-  std::printf("# %s (sm_%d%d, %d SMs, L2 %.0f MiB), hopattn %s; %d warm-up + %d timed launches, "
-              "median; inputs rotated so > 2x L2 is touched between reuses\n",
+  std::printf("# %s (sm_%d%d, %d SMs, L2 %.0f MiB), hopattn %s; %d warm-up (>= %.0f ms) + %d timed "
+              "launches (>= %.0f ms), median; inputs rotated so > 2x L2 is touched between reuses\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               static_cast<double>(prop.l2CacheSize) / (1 << 20), hopattn::version(),
-              o.timing.warmup, o.timing.reps);
+              o.timing.warmup, o.timing.min_warmup_ms, o.timing.reps, o.timing.min_timed_ms);
   std::fflush(stdout);
   return ctx;
 }

@@ -11,6 +11,11 @@ namespace hopattn_bench {
 struct TimingOptions {
   int warmup = 10;  // untimed launches first (clocks, caches, lazy module loading)
   int reps = 30;    // timed launches; the median is reported
+  // Floors in time: at least this long of warm-up and of timed launches, counts grown from one
+  // probe launch. Identical variants in one process read 2-7% apart at 30 reps of 10 ms (the
+  // card ramps to its power limit over a second), 0.9% at 100 (H100, perf-log session 40).
+  double min_warmup_ms = 300;
+  double min_timed_ms = 500;
 };
 
 struct TimingResult {
@@ -22,7 +27,8 @@ struct TimingResult {
 };
 
 // launch(i) enqueues the i-th call on stream; call i should use buffer set i % buffer_sets so
-// that consecutive calls read inputs that are not in L2. Warm-up calls are numbered first.
+// that consecutive calls read inputs that are not in L2. The probe and warm-up calls are numbered
+// first.
 TimingResult time_launches(const std::function<void(int)>& launch, int buffer_sets,
                            const TimingOptions& opt, cudaStream_t stream);
 

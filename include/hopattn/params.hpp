@@ -109,9 +109,9 @@ struct BwdTuning {
   // that many; -1 none (dQ is converted after the main kernel); 0 the library's rule.
   int32_t dq_convert_sms = 0;
   // Key tiles of the last, partly filled wave handed out as two halves of their query walk
-  // (their dK and dV summed in FP32 by the half that finishes second): > 0 the last that many
-  // tiles (the concurrent dQ conversion then runs after the main kernel); -1 none; 0 the
-  // library's rule.
+  // (both halves add their dK and dV into an FP32 sum that a small kernel writes out): > 0 the
+  // last that many tiles (the concurrent dQ conversion then runs after the main kernel); -1
+  // none; 0 the library's rule.
   int32_t split_tail_tiles = 0;
 };
 

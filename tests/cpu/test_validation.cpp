@@ -595,18 +595,18 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
       EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     }
   };
-  p.tuning.l2_section_pairs = -2;
-  expect_invalid("tuning.l2_section_pairs");
-  p.tuning.l2_section_pairs = 0;
-  p.tuning.lag_dq_min_steps = -1;
-  expect_invalid("tuning.lag_dq_min_steps");
-  p.tuning.lag_dq_min_steps = 0;
-  p.tuning.dq_convert_sms = -2;
-  expect_invalid("tuning.dq_convert_sms");
-  p.tuning.dq_convert_sms = 0;
-  p.tuning.split_tail_tiles = -2;
-  expect_invalid("tuning.split_tail_tiles");
-  p.tuning.split_tail_tiles = 0;
+  // Each tuning knob below its range, alone (then back to the library's rule).
+  const struct { int32_t BwdTuning::* knob; int32_t bad; const char* arg; } knobs[] = {
+      {&BwdTuning::l2_section_pairs, -2, "tuning.l2_section_pairs"},
+      {&BwdTuning::lag_dq_min_steps, -1, "tuning.lag_dq_min_steps"},
+      {&BwdTuning::dq_convert_sms, -2, "tuning.dq_convert_sms"},
+      {&BwdTuning::split_tail_tiles, -2, "tuning.split_tail_tiles"},
+  };
+  for (const auto& k : knobs) {
+    p.tuning.*k.knob = k.bad;
+    expect_invalid(k.arg);
+    p.tuning.*k.knob = 0;
+  }
   p.lse = {};
   try {
     plan_bwd(p, fake_hopper());

@@ -166,10 +166,10 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
                                                    std::to_string(T::kBlockN) + ")");
   p.num_n_blocks = int(num_n_blocks);
   p.num_tiles = int(num_tiles);
-  const int split = split_tail_tiles<T>(a);  // tiles <= INT32_MAX / 2 where > 0
-  p.num_whole_tiles = p.num_tiles - split;
-  p.num_items = p.num_tiles + split;
-  p.split_partials = split > 0 ? reinterpret_cast<float*>(ws + wl.split_partials_offset) : nullptr;
+  // As the workspace was sized for (tiles <= INT32_MAX / 2 where > 0).
+  p.num_whole_tiles = p.num_tiles - wl.split_tiles;
+  p.num_items = p.num_tiles + wl.split_tiles;
+  p.split_partials = wl.split_tiles > 0 ? reinterpret_cast<float*>(ws + wl.split_partials_offset) : nullptr;
   // Every key block of a KV head reads all of its group's Q and dO and adds into its dq_accum
   // rows. Without a mask all key blocks take equally long: one (KV head, batch) pair per L2
   // section, so the key blocks of a head run side by side, walk the query blocks together (from
@@ -231,8 +231,8 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   const WorkspaceLayout wl = workspace_layout<T>(a);
   char* ws = static_cast<char*>(workspace);
   const bool varlen = a.varlen();
-  // The counters, the query blocks' states and the pairs' tile counts start at zero (one memset:
-  // they lead the workspace); lse_log2 and dsum are written by the preprocess kernel, which also clears
+  // The counters, the query blocks' states, the pairs' tile counts and the split tiles' sums start
+  // at zero (one memset: they lead the workspace); lse_log2 and dsum are written by the preprocess kernel, which also clears
   // dq_accum where every writer adds (clears_dq_accum).
   HOPATTN_CUDA_CHECK(cudaMemsetAsync(ws, 0, wl.lse_offset, stream));
   const int num_m_blocks = (a.seqlen_q + T::kBlockM - 1) / T::kBlockM;

@@ -11,7 +11,6 @@
 
 #include <cute/tensor.hpp>
 
-#include "kernels/bwd/epilogue.hpp"
 #include "kernels/bwd/params.hpp"
 #include "kernels/bwd/schedule.hpp"
 #include "kernels/common/device_utils.hpp"

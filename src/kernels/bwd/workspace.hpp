@@ -33,6 +33,7 @@ struct WorkspaceLayout {
   static constexpr size_t kAlign = 256;
   int64_t rows_per_head = 0;      // R
   int64_t seqlen_q_rounded = 0;   // dense: round_up(seqlen_q, kBlockM)
+  int split_tiles = 0;            // S: key tiles split in halves (tail_split.hpp), each with a slot
   static constexpr size_t kTileCounterOffset = 0, kConvertItemCounterOffset = sizeof(int);
   size_t state_offset = 0, pair_done_offset = 0, split_partials_offset = 0, lse_offset = 0, dsum_offset = 0,
          dq_accum_offset = 0, total = 0;
@@ -49,6 +50,7 @@ struct WorkspaceLayout {
     const int64_t rows = w.rows_per_head * nheads;
     w.state_offset = kAlign;  // the first granule holds the counters
     w.pair_done_offset = w.state_offset + align(size_t(rows / bm) * sizeof(int));
+    w.split_tiles = split_tiles;
     w.split_partials_offset = w.pair_done_offset + align(size_t(batch) * size_t(nheads_k) * sizeof(int));
     w.lse_offset = w.split_partials_offset + align(size_t(split_tiles) * 2 * block_n * head_dim * sizeof(float));
     w.dsum_offset = w.lse_offset + align(size_t(rows) * sizeof(float));

@@ -12,6 +12,10 @@ enable_gqa=True where their backend accepts it, else K and V repeated to nheads 
 call (a record's "peer_gqa" says which). FLOPs: forward 4 * S^2 * D * H * B, halved when
 causal; backward 2.5 x forward.
 Timing: triton.testing.do_bench(..., return_mode="median"), which clears L2 before every rep.
+--rounds N times every (implementation, direction) N times per shape, the implementations in a
+rotated order each round, and records the median of the rounds (their times in "rounds_ms"): the
+card's clock drifts as it heats over a process (perf-log session 40), which a fixed order hands
+to one implementation, and one do_bench call of a peer can land 5-10% off its usual figure.
 Forward is timed under torch.no_grad(); backward alone is timed as
 torch.autograd.grad(out, (q, k, v), dout, retain_graph=True) on a graph built once.
 See bench/README.md.
@@ -24,6 +28,7 @@ import contextlib
 import datetime
 import json
 import re
+import statistics
 import sys
 import traceback
 import warnings
@@ -345,6 +350,12 @@ def gpu_slug(name: str) -> str:
     return slug or "gpu"
 
 
+def median_result(results: list):
+    """One record's result from its rounds: the median time, or the first round's failure."""
+    failed = [r for r in results if isinstance(r, Unavailable)]
+    return failed[0] if failed else statistics.median(float(r) for r in results)
+
+
 def make_record(gpu, impl, direction, dtype, shape: Shape, result) -> dict:
     rec = {
         "gpu": gpu, "impl": impl, "direction": direction, "dtype": dtype, "hdim": shape.hdim,
@@ -419,6 +430,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
     p.add_argument("--warmup-ms", type=float, default=25.0, help="do_bench warmup (ms)")
     p.add_argument("--rep-ms", type=float, default=100.0, help="do_bench rep (ms)")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="times per (implementation, direction) and shape, in rotated order; the median is recorded")
     p.add_argument("--kv-group", type=int, default=1, help="query heads per K/V head (GQA; 1: MHA)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None,
@@ -439,6 +452,8 @@ def parse_args(argv=None):
     for h in args.hdims:
         if args.kv_group <= 0 or (HIDDEN // h) % args.kv_group:
             p.error(f"--kv-group: {args.kv_group} does not divide the {HIDDEN // h} heads of hdim {h}")
+    if args.rounds < 1:
+        p.error(f"--rounds: {args.rounds} is not >= 1")
     for s in args.seqlens:
         if s <= 0 or TOKENS % s:
             p.error(f"--seqlens: {s} does not divide {TOKENS}")
@@ -459,7 +474,8 @@ def main(argv=None) -> int:
     causals = {"both": [False, True], "no": [False], "yes": [True]}[args.causal]
     shapes = [Shape(h, c, s, args.kv_group) for h in args.hdims for c in causals for s in args.seqlens]
 
-    print(f"# {gpu}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; {timer_desc}")
+    print(f"# {gpu}; torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}; {timer_desc}"
+          + (f"; median of {args.rounds} rotated rounds" if args.rounds > 1 else ""))
     if args.kv_group > 1:
         print(f"# GQA: {args.kv_group} query heads per K/V head")
     for impl in impls:
@@ -473,17 +489,31 @@ def main(argv=None) -> int:
             q = torch.randn(shape.batch, shape.seqlen, shape.nheads, shape.hdim, device="cuda", dtype=dtype)
             k, v = (torch.randn(shape.batch, shape.seqlen, shape.nheads_k, shape.hdim, device="cuda", dtype=dtype)
                     for _ in range(2))
+            results = {(impl.name, d): [] for impl in impls for d in args.directions}
+            for rnd in range(args.rounds):
+                shift = rnd % len(impls)
+                for impl in impls[shift:] + impls[:shift]:
+                    for direction in args.directions:
+                        done = results[(impl.name, direction)]
+                        if done and isinstance(done[-1], Unavailable):
+                            continue  # unavailable or failed: not retried
+                        result = measure(impl, direction, q, k, v, shape.causal, timer)
+                        done.append(result)
+                        shown = (f"{case_flops(shape, direction) / (result * 1e9):7.1f} TFLOP/s"
+                                 if not isinstance(result, Unavailable) else "n/a")
+                        print(f"  hdim {shape.hdim:3d} causal {int(shape.causal)} seqlen {shape.seqlen:5d} "
+                              f"{impl.name:8s} {direction} round {rnd}: {shown}", file=sys.stderr, flush=True)
             for impl in impls:
                 for direction in args.directions:
-                    result = measure(impl, direction, q, k, v, shape.causal, timer)
+                    rounds = results[(impl.name, direction)]
+                    result = median_result(rounds)
                     failures += isinstance(result, Failed)
                     rec = make_record(gpu, impl.name, direction, args.dtype, shape, result)
+                    if args.rounds > 1 and rec["tflops"] is not None:
+                        rec["rounds_ms"] = [float(r) for r in rounds]
                     if shape.kv_group > 1 and isinstance(impl, SdpaImpl) and rec["tflops"] is not None:
                         rec["peer_gqa"] = impl.gqa_mode
                     records.append(rec)
-                    shown = "n/a" if rec["tflops"] is None else f"{rec['tflops']:7.1f} TFLOP/s"
-                    print(f"  hdim {shape.hdim:3d} causal {int(shape.causal)} seqlen {shape.seqlen:5d} "
-                          f"{impl.name:8s} {direction}: {shown}", file=sys.stderr, flush=True)
             del q, k, v
             write_records(out_path, records)  # after every shape: a crash keeps what was measured
     finally:

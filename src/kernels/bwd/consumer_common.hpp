@@ -30,13 +30,6 @@ __device__ __forceinline__ auto salted_smem(E* ptr, int salt, Layout layout) {
   return cute::make_tensor(cute::make_smem_ptr(ptr + salt), layout);
 }
 
-// The consumers' walk over key tiles: for each tile with keys, fresh dK and dV accumulators;
-// once K and V have landed, run_steps(w, steps, dK, dV) runs the tile's steps (every query
-// block of every query head in the KV head's group) and frees K and V (release_kv) as soon as
-// its last GEMM reading them has completed, before the last dQ hand-off: that hand-off waits for
-// the writer to have read the previous chunk, and the producer loads the next tile's K and V
-// meanwhile. Then dK and dV are stored, or, of a split tile's half, added into the tile's FP32
-// slot (tail_split.hpp).
 // Every GEMM of this thread's warpgroup that reads K or V has completed: the producer may
 // overwrite them (once for each consumer thread per tile; kv_empty counts them all).
 template <class Storage>
@@ -44,18 +37,16 @@ __device__ __forceinline__ void release_kv(Storage& smem) {
   fwd::release(smem.kv_empty);
 }
 
-// The consumers hold their slot of the tile ring through the whole tile and free it at the end
-// (fwd::receive_tile frees it at once), so that the tile's work item can be read again there
+// The consumers' walk over key tiles: for each tile with keys, fresh dK and dV accumulators;
+// once K and V have landed, run_steps(w, steps, dK, dV) runs the tile's steps (every query
+// block of every query head in the KV head's group) and frees K and V (release_kv) as soon as
+// its last GEMM reading them has completed, before the last dQ hand-off: that hand-off waits for
+// the writer to have read the previous chunk, and the producer loads the next tile's K and V
+// meanwhile. Then dK and dV are stored, or, of a split tile's half, added into the tile's FP32
+// slot (tail_split.hpp).
+// The consumers hold their slot of the tile ring through the whole tile (fwd::wait_tile) and
+// free it at the end (fwd::release_tile), so that the tile's work item can be read again there
 // rather than held in a register through the steps (one more spilled at d64/d128).
-__device__ __forceinline__ int wait_tile_slot(fwd::TileRing& tiles, const fwd::TileRingState& ring) {
-  cutlass::arch::ClusterBarrier::wait(&tiles.full[ring.stage()], ring.phase());
-  return tiles.slot[ring.stage()];
-}
-__device__ __forceinline__ void free_tile_slot(fwd::TileRing& tiles, fwd::TileRingState& ring) {
-  cutlass::arch::ClusterBarrier::arrive(&tiles.empty[ring.stage()]);
-  ring.advance();
-}
-
 template <class T, class MmaDkv, class RunSteps>
 __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                   const fwd::TileScheduler& sched, fwd::PackedPipeState<1>& kv_pipe,
@@ -64,12 +55,12 @@ __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, t
   constexpr int kBlockN = T::kBlockN, kHeadDim = T::kHeadDim;
   fwd::TileRingState ring;
   fwd::Timeline tl;
-  for (int item = wait_tile_slot(smem.tiles, ring); item < sched.num_tiles; item = wait_tile_slot(smem.tiles, ring)) {
+  for (int item = fwd::wait_tile(smem.tiles, ring); item < sched.num_tiles; item = fwd::wait_tile(smem.tiles, ring)) {
     tl.next_tile();
     tl.mark(kBwdTileReceived);
     const TileWork<T> w = tile_work<T>(p, sched, item);
     if (w.n_block * kBlockN >= w.si.seqlen_k) {  // no keys: nothing to write
-      free_tile_slot(smem.tiles, ring);
+      fwd::release_tile(smem.tiles, ring);
       continue;
     }
     Tensor tdVrdV = partition_fragment_C(mma_dkv, Shape<Int<kBlockN>, Int<kHeadDim>>{});
@@ -91,7 +82,7 @@ __device__ __forceinline__ void for_each_key_tile(const BwdKernelParams<T>& p, t
       store_kv_grads(p, smem, tdKrdK, tdVrdV, mma_dkv, w, tid);
     else
       add_split_tile_grads(p, split, tdKrdK, tdVrdV, mma_dkv, tid);
-    free_tile_slot(smem.tiles, ring);
+    fwd::release_tile(smem.tiles, ring);
     tl.mark(kBwdGradsStored);
   }
   if constexpr (T::kStagedGrads) cute::tma_store_wait<0>();  // the last stores have read smem.grad

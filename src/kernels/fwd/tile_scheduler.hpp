@@ -105,11 +105,22 @@ __device__ __forceinline__ int claim_and_publish(const TileScheduler& sched, Til
   return next;
 }
 
-__device__ __forceinline__ int receive_tile(TileRing& ring, TileRingState& st) {
+// The consumers' side in two halves: wait_tile returns the next tile and keeps its slot (a
+// consumer may read ring.slot[st.stage()] again until it frees it); release_tile frees it.
+__device__ __forceinline__ int wait_tile(TileRing& ring, const TileRingState& st) {
   cutlass::arch::ClusterBarrier::wait(&ring.full[st.stage()], st.phase());
-  const int tile = ring.slot[st.stage()];
+  return ring.slot[st.stage()];
+}
+
+__device__ __forceinline__ void release_tile(TileRing& ring, TileRingState& st) {
   cutlass::arch::ClusterBarrier::arrive(&ring.empty[st.stage()]);
   st.advance();
+}
+
+// The next tile, its slot freed at once.
+__device__ __forceinline__ int receive_tile(TileRing& ring, TileRingState& st) {
+  const int tile = wait_tile(ring, st);
+  release_tile(ring, st);
   return tile;
 }
 

@@ -191,6 +191,10 @@ std::vector<FwdCase> coverage() {
   // docs/experiments/fwd-output-staged-in-q.patch); they cover the register epilogue as well.
   add([](FwdCase& c) { c.head_dim = 256; c.varlen_q = {129, 300, 17, 250}; c.varlen_k = {400, 300, 260, 0}; c.max_ctas = 2; });
   add([](FwdCase& c) { c.head_dim = 192; c.seqlen_q = 700; c.seqlen_k = 700; c.causal = true; c.max_ctas = 3; });
+  // d256 stages O in its V ring (FwdTraits::kOutputInVRing): dense ragged tiles whose second
+  // warpgroup idles (rows 320.. of 300) between full ones, several per CTA, fp16 output.
+  add([](FwdCase& c) { c.head_dim = 256; c.seqlen_q = 300; c.seqlen_k = 700; c.causal = true; c.nheads = 3; c.nheads_k = 3; c.max_ctas = 2; });
+  add([](FwdCase& c) { c.head_dim = 256; c.dtype = DType::kFloat16; c.seqlen_q = 1000; c.seqlen_k = 333; c.nheads = 2; c.nheads_k = 1; c.max_ctas = 3; });
   add([](FwdCase& c) {
     c.force_kernel = "fwd_sm90_bf16_hd128";
     c.varlen_q = {129, 300, 17, 250};

@@ -398,6 +398,7 @@ struct Consumer {
         if (n_end > n_begin) {
           wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
           idle_mainloop(n_begin, n_end);
+          if constexpr (T::Output::kInVRing) Epilogue<T>::skip_v_ring_output(smem);
         }
         continue;
       }

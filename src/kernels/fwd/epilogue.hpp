@@ -7,10 +7,11 @@
 //    a varlen slice would cross into the next sequence (TMA clips only at the tensor's end).
 //  * register stores (write_rows): 16-byte stores after a transpose within each quad (two consumer
 //    warpgroups), with row bounds checks.
-//  * staged in the V^T ring (Output::kInVtRing, FP8 d = 256): after named barrier
-//    kOutputRingBarrier (every consumer thread: the tile's last P V, of both warpgroups, has
-//    read the ring), stmatrix into the ring and arrive on `o_staged`; a transposer thread issues
-//    the TMA stores before the ring takes the next tile's V^T (producer_fp8.hpp).
+//  * staged in the ring the P V GEMM reads (Output::kInVRing: bf16/fp16 d = 256, the V ring;
+//    FP8 d = 256, the V^T ring): after named barrier kOutputRingBarrier (every consumer thread:
+//    the tile's last P V, of both warpgroups, has read the ring), stmatrix into the ring and
+//    arrive on `o_staged`; the producer's loader (producer.hpp) or a transposer thread
+//    (producer_fp8.hpp) issues the TMA stores before the ring takes the next tile's V (V^T).
 // Named barrier kEpilogueBarrierBase + w (128 threads, warpgroup w) is passed twice per staged
 // store: "the previous store has read the buffer" and "the buffer is written".
 #pragma once
@@ -76,12 +77,12 @@ struct Epilogue {
   __device__ __forceinline__ static void write_output(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                       TensorO& tOrO, const TensorC& tOcO, const TileCoord& c,
                                                       const SeqInfo& si, int row0, int tid, bool had_blocks) {
-    if constexpr (Output::kInVtRing) {
+    if constexpr (Output::kInVRing) {
       // A tile without key blocks (O = 0) goes out from registers and leaves the ring alone: its
       // consumers never waited for a V^T, so the previous tile's stores may still read the ring
       // (and an o_staged arrival ahead of the transposers' wait would make its parity ambiguous).
       if (had_blocks) {
-        write_into_vt_ring<Out>(p, smem, tOrO, tOcO, c, si, row0, tid);
+        write_into_v_ring<Out>(p, smem, tOrO, tOcO, c, si, row0, tid);
         return;
       }
     } else if constexpr (Output::kStaged) {
@@ -138,12 +139,13 @@ struct Epilogue {
   }
 
   // The in-ring epilogue's consumer side. The barrier orders this warpgroup's stmatrix after the
-  // other warpgroup's last P V, which may still read the half of the ring this one writes. The
-  // transposers write the ring again only once the stores have read it (producer_fp8.hpp), and
-  // they have written every V^T of this tile before, so no barrier is needed on their side here.
+  // other warpgroup's last P V, which may still read the part of the ring this one writes. The
+  // loader (transposers) write the ring again only once the stores have read it (producer.hpp,
+  // producer_fp8.hpp), and they have written every V (V^T) of this tile before, so no barrier is
+  // needed on their side here.
   // A warpgroup whose rows cannot go out as one box stores from registers and arrives all the same.
   template <class Out, class TensorO, class TensorC>
-  __device__ __forceinline__ static void write_into_vt_ring(const FwdKernelParams<T>& p,
+  __device__ __forceinline__ static void write_into_v_ring(const FwdKernelParams<T>& p,
                                                             typename T::SharedStorage& smem, TensorO& tOrO,
                                                             const TensorC& tOcO, const TileCoord& c,
                                                             const SeqInfo& si, int row0, int tid) {
@@ -160,10 +162,17 @@ struct Epilogue {
     release(smem.o_staged);
   }
 
+  // An idle warpgroup's part of the in-ring epilogue (Output::kInVRing): it writes nothing but
+  // passes the barrier and arrives, as the other warpgroup and the producer count on it.
+  __device__ __forceinline__ static void skip_v_ring_output(typename T::SharedStorage& smem) {
+    named_barrier_sync(kOutputRingBarrier, T::kNumConsumerThreads);
+    release(smem.o_staged);
+  }
+
   // Thread 0 of each warpgroup, before the CTA exits: its last store must have read shared memory.
-  // (The in-ring epilogue's stores belong to a transposer thread, which drains them itself.)
+  // (The in-ring epilogue's stores belong to the loader or a transposer thread, which drains them.)
   __device__ __forceinline__ static void drain(int tid) {
-    if constexpr (Output::kStaged && !Output::kInVtRing) {
+    if constexpr (Output::kStaged && !Output::kInVRing) {
       if (tid % 128 == 0) cute::tma_store_wait<0>();
     }
   }

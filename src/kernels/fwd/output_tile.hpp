@@ -3,9 +3,10 @@
 // in with stmatrix and leaves with one TMA store, so the warpgroup starts its next tile as soon as
 // the buffer is written instead of draining 4-byte global stores. Which kernels stage O is listed
 // in manifest.cmake (a buffer fits next to the rings only for d <= 128 at the current tiles);
-// without kStaged O is stored straight from the registers. kInVtRing (FP8 d = 256, whose rings
-// fill shared memory): the buffer is the V^T ring itself, free between a tile's last P V and the
-// next tile's first transpose; the transposers issue the store (producer_fp8.hpp).
+// without kStaged O is stored straight from the registers. kInVRing (d = 256, bf16/fp16 and FP8,
+// whose rings fill shared memory): the buffer is the ring the P V GEMM reads (V, or FP8's V^T),
+// free between a tile's last P V and the next tile's first V load (transpose); the producer
+// issues the store (producer.hpp, producer_fp8.hpp).
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -24,11 +25,11 @@ using namespace cute;
 
 // Storage carries the buffer; TmaO is the store's tensor map type. The map is always typed
 // bf16: a TMA store copies bits, so fp16 outputs (FP8 kernels choose at run time) share it.
-template <int kHeadDim, int kNumWgs, bool kStaged_, bool kInVtRing_ = false>
+template <int kHeadDim, int kNumWgs, bool kStaged_, bool kInVRing_ = false>
 struct OutputTile {
   static constexpr bool kStaged = kStaged_;
-  static constexpr bool kInVtRing = kInVtRing_;
-  static_assert(kStaged || !kInVtRing, "the V^T ring only ever holds a staged O");
+  static constexpr bool kInVRing = kInVRing_;
+  static_assert(kStaged || !kInVRing, "the V ring only ever holds a staged O");
   static constexpr int kRows = 64;  // rows of one consumer warpgroup
   using Carrier = cutlass::bfloat16_t;
   using TileWg = Shape<Int<kRows>, Int<kHeadDim>>;
@@ -44,14 +45,14 @@ struct OutputTile {
   // Byte offsets within the buffer in closed form: 128-byte swizzle atoms (64 columns) tiled
   // rows first, one warpgroup after the other (the in-ring epilogue's stmatrix_output_rows).
   using Rows = SwizzledRows<kRows, 128, kRows * kHeadDim * int(sizeof(Carrier))>;
-  static_assert(!kInVtRing || closed_form_matches<SmemLayout, Rows, int(sizeof(Carrier)), kRows, kHeadDim, kNumWgs>(),
+  static_assert(!kInVRing || closed_form_matches<SmemLayout, Rows, int(sizeof(Carrier)), kRows, kHeadDim, kNumWgs>(),
                 "the output buffer's closed-form offsets differ from CuTe's layout");
 
   struct Empty {};
   struct Buffer {
     alignas(1024) cute::array_aligned<Carrier, cute::cosize_v<SmemLayout>> data;
   };
-  using Storage = std::conditional_t<kStaged && !kInVtRing, Buffer, Empty>;
+  using Storage = std::conditional_t<kStaged && !kInVRing, Buffer, Empty>;
 };
 
 // One warpgroup's 64 x d accumulator (a WGMMA C fragment: warp w holds rows 16w..16w+15; per

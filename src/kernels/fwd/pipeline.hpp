@@ -61,7 +61,7 @@ __device__ __forceinline__ void init_barriers(typename T::SharedStorage& smem) {
       FullBarrier::init(&smem.v_full[s], 1);
     }
   }
-  if constexpr (T::Output::kInVtRing) EmptyBarrier::init(&smem.o_staged, T::kNumConsumerThreads);
+  if constexpr (T::Output::kInVRing) EmptyBarrier::init(&smem.o_staged, T::kNumConsumerThreads);
 }
 
 }  // namespace hopattn::kernels::fwd

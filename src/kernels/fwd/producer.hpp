@@ -1,10 +1,13 @@
 // The producer: one elected thread of warpgroup 0 walks the same tiles as the consumers and
 // issues TMA loads: Q once per tile, then K_n and V_n into the ring, from the last key block to
-// the first (the order the consumers use, so masked blocks come first).
+// the first (the order the consumers use, so masked blocks come first). Where O is staged in the V
+// ring (T::kOutputInVRing, d256), the loader stores the previous tile's O from there before this
+// tile's first V: after K_n and K_{n-1} are issued, so the consumers' first Q K^T does not wait.
 #pragma once
 
 #include <cute/tensor.hpp>
 
+#include "kernels/fwd/epilogue.hpp"
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
@@ -12,6 +15,31 @@
 #include "kernels/fwd/timeline.hpp"
 
 namespace hopattn::kernels::fwd {
+
+// T::kOutputInVRing: tile `tile`'s O, staged by the consumers in the V ring (epilogue.hpp), leaves
+// by TMA; returns once the stores that share V stage `next_stage` (all of them unless `split`)
+// have read the ring, so that the next tile's first V may load there. Warpgroup w's O is bytes
+// [w, w + 1) x Output::kBytes / 2 of the ring. The stores are committed one bulk group per
+// warpgroup, the one that overlaps `next_stage` first; with `split` the caller waits for the other
+// before the tile's second V.
+template <class T>
+__device__ __forceinline__ void store_output_from_v_ring(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                                         const TileScheduler& sched, int tile, uint32_t phase,
+                                                         int next_stage, bool split) {
+  static_assert(T::kBytesKV >= uint32_t(T::Output::kBytes / 2), "V stage 1 must start past warpgroup 0's O");
+  const TileCoord c = sched.decode(tile);
+  const SeqInfo si = seq_info(p, c.batch);
+  wait_full(smem.o_staged, phase);
+  // Stage 0 overlaps both warpgroups' O (32 + 8 KB at d256), stage 1 only warpgroup 1's.
+  const int first_wg = next_stage == 0 ? 0 : 1;
+  for (int k = 0; k < T::kNumConsumerWgs; ++k) {
+    const int wg = (first_wg + k) % T::kNumConsumerWgs;
+    if (Epilogue<T>::wg_box_by_tma(p, c, si, wg)) Epilogue<T>::issue_output_store(p, smem.v.data(), c, si, wg);
+    cute::tma_store_arrive();
+  }
+  if (split && next_stage == 1) cute::tma_store_wait<1>();
+  else cute::tma_store_wait<0>();
+}
 
 template <class T>
 __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
@@ -29,6 +57,9 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
   PipeState<T::kQStages> q_pipe;
   TileRingState ring;
   Timeline timeline(0);  // experiment probe (timeline.hpp)
+  int staged_tile = -1;  // kOutputInVRing: the last tile whose O waits in the V ring (-1: none)
+  uint32_t staged_phase = 0;
+  bool store_pending = false;  // kOutputInVRing, split: a store may still read the ring
   int tile = sched.first_tile();
   publish_tile(smem.tiles, ring, tile);
   // The next tile is claimed once this tile's loads are issued (the consumers need it only at
@@ -92,9 +123,29 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     load_k(n_end - 1);
     for (int n = n_end - 1; n >= n_begin; --n) {
       if (n > n_begin) load_k(n - 1);
+      if constexpr (T::kOutputInVRing) {
+        if (n == n_end - 1) {
+          if (staged_tile >= 0) {
+            store_pending = T::kOutputInVRingSplit && v_pipe.stage == 1;
+            store_output_from_v_ring<T>(p, smem, sched, staged_tile, staged_phase, v_pipe.stage, store_pending);
+            staged_phase ^= 1;
+          }
+          staged_tile = tile;
+        } else if (store_pending) {
+          cute::tma_store_wait<0>();
+          store_pending = false;
+        }
+      }
       load_v(n);
     }
+    if constexpr (T::kOutputInVRing) {
+      if (store_pending) cute::tma_store_wait<0>();
+      store_pending = false;
+    }
     timeline.mark(kLastVIssued);
+  }
+  if constexpr (T::kOutputInVRing) {
+    if (staged_tile >= 0) store_output_from_v_ring<T>(p, smem, sched, staged_tile, staged_phase, 0, false);
   }
 }
 

@@ -16,7 +16,7 @@
 // No cycle: the loader waits only for the consumers (K) and the transposers (staging slots of
 // earlier blocks); the transposers for the loader (V_n) and the consumers' P V of block
 // n+kStages (the V^T slot's previous tenant).
-// With the in-ring epilogue (Output::kInVtRing, epilogue.hpp) the consumers stage tile t's O in
+// With the in-ring epilogue (Output::kInVRing, epilogue.hpp) the consumers stage tile t's O in
 // the V^T ring after its last P V; on receiving tile t+1 (or the end), the transposers first wait
 // for that (`o_staged`), thread 0 issues the TMA stores and waits until the one from the half
 // of the ring that tile t+1's first V^T goes to has read it (the other, before its second V^T),
@@ -148,7 +148,7 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
   // transposers run in 24).
   PackedPipeState<T::kStages> pipe;
   TileRingState ring;
-  constexpr bool kOutputInRing = T::Output::kInVtRing;
+  constexpr bool kOutputInRing = T::Output::kInVRing;
   int staged_tile = -1;  // kOutputInRing: the last tile whose O the consumers stage in the ring (-1: none)
   uint32_t staged_phase = 0;
   for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {

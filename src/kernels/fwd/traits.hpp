@@ -33,6 +33,12 @@
 #ifndef HOPATTN_EXP_EMPTY_FIRST_BLOCK
 #define HOPATTN_EXP_EMPTY_FIRST_BLOCK 1
 #endif
+// Experiment switch for FwdTraits::kOutputInVRing: -1 the measured choice (d256, split wait), 0
+// off, 1 every one-Q-buffer kernel stages O in its V ring and the producer waits for both stores
+// before the next tile's first V, 2 as 1 with the split wait.
+#ifndef HOPATTN_EXP_O_IN_V_RING
+#define HOPATTN_EXP_O_IN_V_RING -1
+#endif
 
 namespace hopattn::kernels::fwd {
 
@@ -188,7 +194,20 @@ struct FwdTraits {
 
   // kStagedEpilogue_: O leaves through a shared-memory buffer and a TMA store (output_tile.hpp);
   // the buffer must fit next to the rings, with 2 KB kept for the barriers and the tile ring.
-  using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_>;
+  // kOutputInVRing: O is staged in the V ring, which is free between the tile's last P V and the
+  // next tile's first V load; the producer stores it by TMA before that load (producer.hpp), so
+  // the consumers no longer drain 16 16-byte global stores per thread at each tile's end. Only
+  // where Q has one buffer (no room for an O buffer). d256, with the split wait
+  // (kOutputInVRingSplit): +0.5..1.3% at 512-8k and causal 1k-2k (H100, perf-log session 42);
+  // session 29 measured the unsplit form at 0.99-1.00 and left it out; d192 and d128's 176-key
+  // kernel were not measured with it.
+  static constexpr int kOutputInVRingMode =
+      HOPATTN_EXP_O_IN_V_RING >= 0 ? HOPATTN_EXP_O_IN_V_RING : (kHeadDim_ == 256 ? 2 : 0);
+  static constexpr bool kOutputInVRing =
+      kOutputInVRingMode != 0 && !kStagedEpilogue_ && kQStages == 1 && kNumConsumerWgs == 2;
+  static constexpr bool kOutputInVRingSplit = kOutputInVRing && kOutputInVRingMode == 2;
+  using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_ || kOutputInVRing, kOutputInVRing>;
+  static_assert(!kOutputInVRing || Output::kBytes <= kSmemKVBytes / 2, "the staged O does not fit in the V ring");
   static_assert(!kStagedEpilogue_ ||
                     kQStages * kSmemQBytes + kSmemKVBytes + Output::kBytes + 2048 <= 227 * 1024,
                 "no shared memory left for the staged epilogue's buffer");
@@ -201,6 +220,7 @@ struct FwdTraits {
     // Pipeline barriers: see docs/design/fwd.md for what each one means.
     alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
+    uint64_t o_staged;  // kOutputInVRing: every consumer thread has written its O rows into the V ring
     TileRing tiles;  // producer -> consumers: which tile comes next
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));

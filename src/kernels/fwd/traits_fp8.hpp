@@ -150,7 +150,7 @@ struct FwdFp8Traits {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutVt>> v;  // V^T
     typename Output::Storage o;
     alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
-    uint64_t o_staged;  // kOutputInVtRing: every consumer thread has written its O rows into the V^T ring
+    uint64_t o_staged;  // Output::kInVRing: every consumer thread has written its O rows into the V^T ring
     uint64_t k_full[kStages], k_empty[kStages];
     uint64_t v_stage_full[kStages], v_stage_empty[kStages];  // TMA -> transposing warps
     uint64_t v_full[kStages], v_empty[kStages];              // transposing warps -> consumers

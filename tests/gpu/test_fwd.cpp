@@ -188,13 +188,17 @@ std::vector<FwdCase> coverage() {
   // The kernels with one Q buffer (d128's 176-key kernel, d192, d256) with many tiles per CTA,
   // varlen sequences, one without keys (no Q is loaded for its tiles) and one of 17 rows (the second
   // warpgroup idles). Added for an epilogue that staged O in that buffer (session 35, not adopted:
-  // docs/experiments/fwd-output-staged-in-q.patch); they cover the register epilogue as well.
+  // docs/experiments/fwd-output-staged-in-q.patch); since session 42 they run the V-ring epilogue
+  // (FwdTraits::kOutputInVRing), its register fallback for boxes that cross sequences included.
   add([](FwdCase& c) { c.head_dim = 256; c.varlen_q = {129, 300, 17, 250}; c.varlen_k = {400, 300, 260, 0}; c.max_ctas = 2; });
   add([](FwdCase& c) { c.head_dim = 192; c.seqlen_q = 700; c.seqlen_k = 700; c.causal = true; c.max_ctas = 3; });
-  // d256 stages O in its V ring (FwdTraits::kOutputInVRing): dense ragged tiles whose second
-  // warpgroup idles (rows 320.. of 300) between full ones, several per CTA, fp16 output.
+  // The V-ring epilogue (d128's 176-key kernel, d192, d256): dense ragged tiles whose second
+  // warpgroup idles (rows 320.. of 300) between full ones, several per CTA, fp16 output; and tiles
+  // of one key block, which start on either V stage (the producer's split wait must not apply).
   add([](FwdCase& c) { c.head_dim = 256; c.seqlen_q = 300; c.seqlen_k = 700; c.causal = true; c.nheads = 3; c.nheads_k = 3; c.max_ctas = 2; });
   add([](FwdCase& c) { c.head_dim = 256; c.dtype = DType::kFloat16; c.seqlen_q = 1000; c.seqlen_k = 333; c.nheads = 2; c.nheads_k = 1; c.max_ctas = 3; });
+  add([](FwdCase& c) { c.head_dim = 256; c.seqlen_q = 1500; c.seqlen_k = 70; c.nheads = 2; c.nheads_k = 2; c.max_ctas = 2; });
+  add([](FwdCase& c) { c.head_dim = 192; c.seqlen_q = 1500; c.seqlen_k = 90; c.nheads = 2; c.nheads_k = 1; c.max_ctas = 2; });
   add([](FwdCase& c) {
     c.force_kernel = "fwd_sm90_bf16_hd128";
     c.varlen_q = {129, 300, 17, 250};

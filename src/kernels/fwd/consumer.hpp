@@ -437,7 +437,8 @@ struct Consumer {
   // is not a multiple of kBlockM: 1024 = 5 x 192 + 64 at d64) computes nothing. It keeps the
   // protocol of mainloop() below, in the same order: it takes and passes the pingpong token as
   // often, and waits for and releases every Q, K and V stage (waiting keeps its arrivals in the
-  // barriers' current phase). It has no epilogue either.
+  // barriers' current phase). It has no epilogue either, except its arrival where O is staged in
+  // the V ring (Epilogue::skip_v_ring_output).
   __device__ __forceinline__ void idle_mainloop(int n_begin, int n_end) {
     auto turn = [&] {
       pingpong.acquire();

@@ -1,17 +1,18 @@
 // Epilogue: O = O / rowsum and LSE = max + log(rowsum). Rows that saw no key get O = 0 and
 // LSE = -inf. The output dtype is the input's for 16-bit inputs; FP8 inputs write bf16 or fp16,
 // chosen at run time (FwdKernelParams::out_fp16).
-// Two ways out for O, per consumer warpgroup (64 rows):
+// Three ways out for O, per consumer warpgroup (64 rows):
 //  * staged (T::Output::kStaged, output_tile.hpp): stmatrix into the warpgroup's shared buffer,
 //    then one thread issues a TMA store and the warpgroup moves on to its next tile. Used unless
 //    a varlen slice would cross into the next sequence (TMA clips only at the tensor's end).
 //  * register stores (write_rows): 16-byte stores after a transpose within each quad (two consumer
 //    warpgroups), with row bounds checks.
-//  * staged in the ring the P V GEMM reads (Output::kInVRing: bf16/fp16 d = 256, the V ring;
-//    FP8 d = 256, the V^T ring): after named barrier kOutputRingBarrier (every consumer thread:
-//    the tile's last P V, of both warpgroups, has read the ring), stmatrix into the ring and
-//    arrive on `o_staged`; the producer's loader (producer.hpp) or a transposer thread
-//    (producer_fp8.hpp) issues the TMA stores before the ring takes the next tile's V (V^T).
+//  * staged in the ring the P V GEMM reads (Output::kInVRing: the V ring of the 16-bit kernels
+//    with one Q buffer, d128's 176-key kernel, d192 and d256; FP8 d = 256's V^T ring): after
+//    named barrier kOutputRingBarrier (every consumer thread: the tile's last P V, of both
+//    warpgroups, has read the ring), stmatrix into the ring and arrive on `o_staged`; the
+//    producer's loader (producer.hpp) or a transposer thread (producer_fp8.hpp) issues the TMA
+//    stores before the ring takes the next tile's V (V^T).
 // Named barrier kEpilogueBarrierBase + w (128 threads, warpgroup w) is passed twice per staged
 // store: "the previous store has read the buffer" and "the buffer is written".
 #pragma once
@@ -79,8 +80,9 @@ struct Epilogue {
                                                       const SeqInfo& si, int row0, int tid, bool had_blocks) {
     if constexpr (Output::kInVRing) {
       // A tile without key blocks (O = 0) goes out from registers and leaves the ring alone: its
-      // consumers never waited for a V^T, so the previous tile's stores may still read the ring
-      // (and an o_staged arrival ahead of the transposers' wait would make its parity ambiguous).
+      // consumers never waited for a V (V^T), so the previous tile's stores may still read the
+      // ring (and an o_staged arrival ahead of the producer's wait would make its parity
+      // ambiguous).
       if (had_blocks) {
         write_into_v_ring<Out>(p, smem, tOrO, tOcO, c, si, row0, tid);
         return;

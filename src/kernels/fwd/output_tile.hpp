@@ -1,12 +1,12 @@
 // Where the epilogue stages O on its way to global memory (epilogue.hpp). With kStaged, each
 // consumer warpgroup owns a 64 x d buffer of 16-bit values in shared memory: the accumulator goes
 // in with stmatrix and leaves with one TMA store, so the warpgroup starts its next tile as soon as
-// the buffer is written instead of draining 4-byte global stores. Which kernels stage O is listed
-// in manifest.cmake (a buffer fits next to the rings only for d <= 128 at the current tiles);
-// without kStaged O is stored straight from the registers. kInVRing (d = 256, bf16/fp16 and FP8,
-// whose rings fill shared memory): the buffer is the ring the P V GEMM reads (V, or FP8's V^T),
-// free between a tile's last P V and the next tile's first V load (transpose); the producer
-// issues the store (producer.hpp, producer_fp8.hpp).
+// the buffer is written instead of draining global stores. The short-key kernels listed in
+// manifest.cmake have such a buffer (it fits next to the rings only for d <= 128);
+// without kStaged O is stored straight from the registers. kInVRing (the 16-bit kernels with one Q
+// buffer and FP8 d = 256, whose rings fill shared memory): the buffer is the ring the P V GEMM
+// reads (V, or FP8's V^T), free between a tile's last P V and the next tile's first V load
+// (transpose); the producer issues the store (producer.hpp, producer_fp8.hpp).
 #pragma once
 
 #include <cute/tensor.hpp>

@@ -1,7 +1,7 @@
 // The producer: one elected thread of warpgroup 0 walks the same tiles as the consumers and
 // issues TMA loads: Q once per tile, then K_n and V_n into the ring, from the last key block to
 // the first (the order the consumers use, so masked blocks come first). Where O is staged in the V
-// ring (T::kOutputInVRing, d256), the loader stores the previous tile's O from there before this
+// ring (T::kOutputInVRing: d128's 176-key kernel, d192, d256), the loader stores the previous tile's O from there before this
 // tile's first V: after K_n and K_{n-1} are issued, so the consumers' first Q K^T does not wait.
 #pragma once
 
@@ -27,10 +27,14 @@ __device__ __forceinline__ void store_output_from_v_ring(const FwdKernelParams<T
                                                          const TileScheduler& sched, int tile, uint32_t phase,
                                                          int next_stage, bool split) {
   static_assert(T::kBytesKV >= uint32_t(T::Output::kBytes / 2), "V stage 1 must start past warpgroup 0's O");
+  // tile_to_shape puts the stage mode outermost, so stage s starts at s x kBytesKV if unpadded.
+  static_assert(cute::cosize_v<typename T::SmemLayoutV> == T::kStages * T::kBlockN * T::kHeadDim,
+                "the V ring must be kStages unpadded stages");
   const TileCoord c = sched.decode(tile);
   const SeqInfo si = seq_info(p, c.batch);
   wait_full(smem.o_staged, phase);
-  // Stage 0 overlaps both warpgroups' O (32 + 8 KB at d256), stage 1 only warpgroup 1's.
+  // Stage 0 overlaps warpgroup 0's O and some or all of warpgroup 1's; stage 1 at most warpgroup
+  // 1's (the assert above; none at d128's 176-key stages).
   const int first_wg = next_stage == 0 ? 0 : 1;
   for (int k = 0; k < T::kNumConsumerWgs; ++k) {
     const int wg = (first_wg + k) % T::kNumConsumerWgs;
@@ -126,7 +130,10 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
       if constexpr (T::kOutputInVRing) {
         if (n == n_end - 1) {
           if (staged_tile >= 0) {
-            store_pending = T::kOutputInVRingSplit && v_pipe.stage == 1;
+            // Split only where a second V follows: waiting for the other store before it is what
+            // keeps the consumers' next stmatrix (after this tile's last P V) off rows a store still
+            // reads. A one-block tile waits for both here.
+            store_pending = T::kOutputInVRingSplit && v_pipe.stage == 1 && n_end - n_begin >= 2;
             store_output_from_v_ring<T>(p, smem, sched, staged_tile, staged_phase, v_pipe.stage, store_pending);
             staged_phase ^= 1;
           }

@@ -114,8 +114,9 @@ template <int kHeadDim, FwdKernelUse kUse>
 using TileRow = std::conditional_t<kUse == FwdKernelUse::kDefault, TileShape<kHeadDim>, NarrowTileShape>;
 
 // kIntraWgOverlap = false is the ablation variant; true takes the table's choice. kUse: which
-// problems the kernel serves (registry.hpp); the short-key kernels store O through shared memory
-// and a TMA store (output_tile.hpp), the others from registers.
+// problems the kernel serves (registry.hpp); the short-key kernels store O through a shared-memory
+// buffer and a TMA store (output_tile.hpp), the kernels with one Q buffer through their V ring
+// (FwdTraits::kOutputInVRing), the others from registers.
 template <class Element, int kHeadDim, bool kIntraWgOverlap = true, FwdKernelUse kUse = FwdKernelUse::kDefault,
           class Row = TileRow<kHeadDim, kUse>>
 using DefaultFwdTraits = FwdTraits<Element, kHeadDim, Row::M, Row::N, Row::stages, kIntraWgOverlap && Row::overlap,

@@ -33,9 +33,9 @@
 #ifndef HOPATTN_EXP_EMPTY_FIRST_BLOCK
 #define HOPATTN_EXP_EMPTY_FIRST_BLOCK 1
 #endif
-// Experiment switch for FwdTraits::kOutputInVRing: -1 the measured choice (d256, split wait), 0
-// off, 1 every one-Q-buffer kernel stages O in its V ring and the producer waits for both stores
-// before the next tile's first V, 2 as 1 with the split wait.
+// Experiment switch for FwdTraits::kOutputInVRing: -1 the measured choice (every one-Q-buffer
+// kernel with intra-warpgroup overlap, split wait), 0 off, 1 on in every one-Q-buffer kernel with
+// the producer waiting for both stores before the next tile's first V, 2 as 1 with the split wait.
 #ifndef HOPATTN_EXP_O_IN_V_RING
 #define HOPATTN_EXP_O_IN_V_RING -1
 #endif
@@ -196,13 +196,14 @@ struct FwdTraits {
   // the buffer must fit next to the rings, with 2 KB kept for the barriers and the tile ring.
   // kOutputInVRing: O is staged in the V ring, which is free between the tile's last P V and the
   // next tile's first V load; the producer stores it by TMA before that load (producer.hpp), so
-  // the consumers no longer drain 16 16-byte global stores per thread at each tile's end. Only
-  // where Q has one buffer (no room for an O buffer). d256, with the split wait
-  // (kOutputInVRingSplit): +0.5..1.3% at 512-8k and causal 1k-2k (H100, perf-log session 42);
-  // session 29 measured the unsplit form at 0.99-1.00 and left it out; d192 and d128's 176-key
-  // kernel were not measured with it.
+  // the consumers no longer drain 16-byte global stores at each tile's end. Only where Q has one
+  // buffer (d128's 176-key kernel, d192, d256: no room for an O buffer of its own). With the split
+  // wait (kOutputInVRingSplit), measured against register stores (H100, perf-log session 42): d256
+  // +0.4..1.3% at 512-16k and causal 512-2k (8k 0.99-1.00), d192 +0.5..1.6% at 1k-8k and causal
+  // 2k, d128's 176-key kernel +0.3% at 8k-16k; session 29 measured the unsplit form at 0.99-1.00
+  // and left it out. Not in the Table 2 ablation kernel (no intra-warpgroup overlap, not measured).
   static constexpr int kOutputInVRingMode =
-      HOPATTN_EXP_O_IN_V_RING >= 0 ? HOPATTN_EXP_O_IN_V_RING : (kHeadDim_ == 256 ? 2 : 0);
+      HOPATTN_EXP_O_IN_V_RING >= 0 ? HOPATTN_EXP_O_IN_V_RING : (kIntraWgOverlap_ ? 2 : 0);
   static constexpr bool kOutputInVRing =
       kOutputInVRingMode != 0 && !kStagedEpilogue_ && kQStages == 1 && kNumConsumerWgs == 2;
   static constexpr bool kOutputInVRingSplit = kOutputInVRing && kOutputInVRingMode == 2;

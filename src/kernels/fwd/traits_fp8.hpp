@@ -134,13 +134,13 @@ struct FwdFp8Traits {
   // The output is 16-bit (bf16 or fp16), staged or not as in FwdTraits. Where no buffer fits next
   // to the rings (d = 256: 224 KB), a staged O goes into the V^T ring (output_tile.hpp): 2 x 128
   // keys x 256 bytes is exactly 128 rows of 256 16-bit values.
-  static constexpr bool kOutputInVtRing =
+  static constexpr bool kOutputInVRing =
       kStagedEpilogue_ &&
       kQStages * kSmemQBytes + kSmemKVBytes + OutputTile<kHeadDim, kNumConsumerWgs, true>::kBytes + 2048 > 227 * 1024;
-  using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_, kOutputInVtRing>;
-  static_assert(!kOutputInVtRing || Output::kBytes <= kStages * kBlockN * kHeadDim,
+  using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_, kOutputInVRing>;
+  static_assert(!kOutputInVRing || Output::kBytes <= kStages * kBlockN * kHeadDim,
                 "the staged output does not fit in the V^T ring");
-  static_assert(!kOutputInVtRing || !kSkipIdleWarpgroups,
+  static_assert(!kOutputInVRing || !kSkipIdleWarpgroups,
                 "every consumer warpgroup passes the ring barrier of the in-ring epilogue");
 
   struct SharedStorage {

@@ -148,9 +148,9 @@ struct Epilogue {
   // A warpgroup whose rows cannot go out as one box stores from registers and arrives all the same.
   template <class Out, class TensorO, class TensorC>
   __device__ __forceinline__ static void write_into_v_ring(const FwdKernelParams<T>& p,
-                                                            typename T::SharedStorage& smem, TensorO& tOrO,
-                                                            const TensorC& tOcO, const TileCoord& c,
-                                                            const SeqInfo& si, int row0, int tid) {
+                                                           typename T::SharedStorage& smem, TensorO& tOrO,
+                                                           const TensorC& tOcO, const TileCoord& c,
+                                                           const SeqInfo& si, int row0, int tid) {
     using namespace cute;
     const int wg = consumer_wg_uniform();
     named_barrier_sync(kOutputRingBarrier, T::kNumConsumerThreads);

@@ -1,8 +1,9 @@
 // The producer: one elected thread of warpgroup 0 walks the same tiles as the consumers and
 // issues TMA loads: Q once per tile, then K_n and V_n into the ring, from the last key block to
 // the first (the order the consumers use, so masked blocks come first). Where O is staged in the V
-// ring (T::kOutputInVRing: d128's 176-key kernel, d192, d256), the loader stores the previous tile's O from there before this
-// tile's first V: after K_n and K_{n-1} are issued, so the consumers' first Q K^T does not wait.
+// ring (T::kOutputInVRing: d128's 176-key kernel, d192, d256), the loader stores the previous
+// tile's O from there before this tile's first V: after K_n and K_{n-1} are issued, so the
+// consumers' first Q K^T does not wait.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -17,11 +18,11 @@
 namespace hopattn::kernels::fwd {
 
 // T::kOutputInVRing: tile `tile`'s O, staged by the consumers in the V ring (epilogue.hpp), leaves
-// by TMA; returns once the stores that share V stage `next_stage` (all of them unless `split`)
-// have read the ring, so that the next tile's first V may load there. Warpgroup w's O is bytes
-// [w, w + 1) x Output::kBytes / 2 of the ring. The stores are committed one bulk group per
-// warpgroup, the one that overlaps `next_stage` first; with `split` the caller waits for the other
-// before the tile's second V.
+// by TMA; returns once the stores have read the ring, so that the next tile's first V may load into
+// V stage `next_stage`. Warpgroup w's O is bytes [w, w + 1) x Output::kBytes / 2 of the ring. The
+// stores are committed one bulk group per warpgroup, the one that overlaps `next_stage` first; with
+// `split` (only for next_stage 1, which overlaps no more than warpgroup 1's rows) it returns once
+// that first store has read, and the caller waits for the other before the tile's second V.
 template <class T>
 __device__ __forceinline__ void store_output_from_v_ring(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                          const TileScheduler& sched, int tile, uint32_t phase,
@@ -41,7 +42,7 @@ __device__ __forceinline__ void store_output_from_v_ring(const FwdKernelParams<T
     if (Epilogue<T>::wg_box_by_tma(p, c, si, wg)) Epilogue<T>::issue_output_store(p, smem.v.data(), c, si, wg);
     cute::tma_store_arrive();
   }
-  if (split && next_stage == 1) cute::tma_store_wait<1>();
+  if (split) cute::tma_store_wait<T::kNumConsumerWgs - 1>();
   else cute::tma_store_wait<0>();
 }
 
@@ -63,7 +64,7 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
   Timeline timeline(0);  // experiment probe (timeline.hpp)
   int staged_tile = -1;  // kOutputInVRing: the last tile whose O waits in the V ring (-1: none)
   uint32_t staged_phase = 0;
-  bool store_pending = false;  // kOutputInVRing, split: a store may still read the ring
+  bool store_pending = false;  // kOutputInVRing, split: a store may still read the ring (until the second V)
   int tile = sched.first_tile();
   publish_tile(smem.tiles, ring, tile);
   // The next tile is claimed once this tile's loads are issued (the consumers need it only at
@@ -144,10 +145,6 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
         }
       }
       load_v(n);
-    }
-    if constexpr (T::kOutputInVRing) {
-      if (store_pending) cute::tma_store_wait<0>();
-      store_pending = false;
     }
     timeline.mark(kLastVIssued);
   }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cute/tensor.hpp>
+#include <cute/arch/cluster_sm90.hpp>
 #include <cutlass/arch/reg_reconfig.h>
 
 #include "kernels/common/device_utils.hpp"
@@ -15,6 +16,18 @@
 #include "kernels/fwd/tile_scheduler.hpp"
 
 namespace hopattn::kernels::fwd {
+
+// 2-CTA clusters: no CTA may exit while its peer can still write into its shared memory or arrive
+// on its barriers. Every consumer thread, done with its last block, arrives on the peer's
+// `peer_done` (count: the consumer threads of a CTA); one thread waits for the peer's. Once it
+// passes, the peer's consumers have read every block (so every multicast half sent either way has
+// landed), and the peer's producer has sent its last arrive here: each of those is one this CTA's
+// producer waited for before a load that these consumers read. The producer role needs no part:
+// a cluster barrier after the roles' branches spilled the d256 producer (24 registers).
+__device__ __forceinline__ void leave_cluster(uint64_t& peer_done, int consumer_tid) {
+  EmptyBarrier::arrive(&peer_done, TileScheduler::cluster_rank() ^ 1, 1u);
+  if (consumer_tid == 0) FullBarrier::wait(&peer_done, 0);
+}
 
 template <class T>
 __global__ void __launch_bounds__(T::kNumThreads, 1)
@@ -34,10 +47,14 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
     if constexpr (T::Output::kStaged) cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
   }
   cutlass::arch::fence_barrier_init();
-  __syncthreads();
+  // With 2-CTA clusters the peer's producer arrives on this CTA's barriers and its TMA writes
+  // here: both CTAs' barriers are initialised before either starts.
+  if (p.cluster_kv) cute::cluster_sync();
+  else __syncthreads();
 
-  const TileScheduler sched{p.num_m_blocks,         p.nheads,        p.num_tiles, p.heads_per_l2_section,
-                            p.longest_first,        p.tile_counter,  p.tile_divisors};
+  const TileScheduler sched{p.num_m_blocks,  p.nheads,       p.num_tiles,
+                            p.heads_per_l2_section, p.longest_first, p.tile_counter,
+                            p.tile_divisors, p.cluster_kv};
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
     if constexpr (T::kFp8) {
@@ -59,6 +76,9 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
     const int consumer_wg = T::kSkipIdleWarpgroups ? warpgroup - 1 : tid / 128;
     Consumer<T> consumer{p, smem, tid, {p.pingpong, consumer_wg}};
     consumer.run(sched);
+    if constexpr (T::kClusterKV) {
+      if (p.cluster_kv) leave_cluster(smem.peer_done, tid);
+    }
   }
 }
 

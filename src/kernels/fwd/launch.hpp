@@ -114,6 +114,20 @@ void set_output_store(FwdKernelParams<T>& p, const FwdArgs& a, int q_rows, bool 
   }
 }
 
+// 2-CTA clusters with K/V multicast (FwdKernelParams::cluster_kv; -DHOPATTN_EXP_FWD_CLUSTER=0
+// turns them off). Only where both query blocks of every pair run the same keys and every CTA's
+// tiles cost the same (the clusters walk a fixed stride, tile_scheduler.hpp): dense batches
+// without a mask, an even number of query blocks, keys present. H100, against one CTA per tile
+// (perf-log, session 43): d128 1k-8k +1.0..2.9%, d256 1k-8k +4.1..5.6%.
+#ifndef HOPATTN_EXP_FWD_CLUSTER
+#define HOPATTN_EXP_FWD_CLUSTER 1
+#endif
+template <class T>
+bool use_cluster_kv(const FwdArgs& a, int64_t num_m_blocks) {
+  return HOPATTN_EXP_FWD_CLUSTER != 0 && T::kClusterKV && !a.varlen() && a.seqused_q == nullptr &&
+         a.seqused_k == nullptr && !a.has_window() && num_m_blocks % 2 == 0 && a.seqlen_k > 0 && a.num_sms >= 2;
+}
+
 template <class T>
 FwdKernelParams<T> make_params(const FwdArgs& a) {
   using namespace cute;
@@ -160,6 +174,17 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
                                                    std::to_string(T::kBlockM) + ")");
   p.num_m_blocks = int(num_m_blocks);
   p.num_tiles = int(num_tiles);
+  if constexpr (T::kClusterKV) {
+    p.cluster_kv = use_cluster_kv<T>(a, num_m_blocks);
+    if (p.cluster_kv) {  // the scheduler's tiles become pairs of query blocks
+      p.num_m_blocks /= 2;
+      p.num_tiles /= 2;
+      p.tma_k_mc = make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, mK, take<0, 2>(typename T::SmemLayoutK{}),
+                                 typename T::TileKV{}, _2{});
+      p.tma_v_mc = make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, mV, take<0, 2>(typename T::SmemLayoutV{}),
+                                 typename T::TileKV{}, _2{});
+    }
+  }
   const int64_t kv_bytes_per_head = 2 * int64_t(std::max(a.seqlen_k, 1)) * T::kHeadDim * int64_t(sizeof(Element));
   p.longest_first = a.has_window() && !a.disable_lpt;
   const int64_t section =
@@ -171,6 +196,33 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   return p;
 }
 
+// A cluster launch: as many 2-CTA clusters as fit at once (fewer than half the SMs where the
+// GPCs' sizes leave an SM without a partner), each a persistent pair.
+template <class T>
+void launch_clusters(const FwdKernelParams<T>& p, const FwdArgs& a, cudaStream_t stream) {
+  auto kernel = attention_fwd_kernel<T>;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.blockDim = dim3(T::kNumThreads);
+  cfg.dynamicSmemBytes = T::kSmemBytes;
+  cfg.stream = stream;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  static const int max_clusters = [&] {
+    cfg.gridDim = dim3(2 * 66);
+    int n = 0;
+    HOPATTN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+    return n;
+  }();
+  const int clusters = std::min({p.num_tiles, std::max(max_clusters, 1), a.num_sms / 2});
+  cfg.gridDim = dim3(2 * clusters);
+  HOPATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
 template <class T>
 void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
   FwdKernelParams<T> p = make_params<T>(a);
@@ -180,9 +232,13 @@ void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
   HOPATTN_CUDA_CHECK(cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream));
   auto kernel = attention_fwd_kernel<T>;
   HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-  const int grid = std::min(p.num_tiles, a.num_sms);
-  kernel<<<grid, T::kNumThreads, T::kSmemBytes, stream>>>(p);
-  HOPATTN_CUDA_CHECK(cudaGetLastError());
+  if (p.cluster_kv) {
+    launch_clusters<T>(p, a, stream);
+  } else {
+    const int grid = std::min(p.num_tiles, a.num_sms);
+    kernel<<<grid, T::kNumThreads, T::kSmemBytes, stream>>>(p);
+    HOPATTN_CUDA_CHECK(cudaGetLastError());
+  }
 #ifdef HOPATTN_EXP_TIMELINE
   timeline_print_kernel<<<1, 1, 0, stream>>>(/*bwd=*/false);
 #endif

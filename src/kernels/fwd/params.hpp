@@ -15,6 +15,11 @@ struct FwdKernelParams {
   typename Traits::TmaKV tma_k, tma_v;
   typename Traits::GmemShape shape_q, shape_k;  // (rows, head_dim, heads, batch) as TMA sees them
   typename Traits::Output::TmaO tma_o{};  // the TMA store of O (built only when Output::kStaged)
+  // cluster_kv: the CTAs run in pairs (2-CTA clusters), both on the same (head, batch) and keys,
+  // each on one query block of a pair of adjacent ones; each loads half of every K and V block and
+  // multicasts it to both (producer.hpp).
+  bool cluster_kv{};
+  typename Traits::TmaKVMulticast tma_k_mc{}, tma_v_mc{};  // built only when cluster_kv
 
   void* out{};  // Element for 16-bit inputs; bf16 or fp16 (out_fp16) for FP8 inputs
   int64_t out_row_stride{}, out_head_stride{}, out_batch_stride{};

@@ -40,6 +40,16 @@ __device__ __forceinline__ void expect_bytes(uint64_t& bar, uint32_t bytes) {
   FullBarrier::arrive_and_expect_tx(&bar, bytes);
 }
 
+// 2-CTA clusters (FwdKernelParams::cluster_kv): a K or V stage is written by both CTAs' TMA loads
+// (each multicasts half of the block to both), so a producer may load into stage s only when both
+// CTAs' consumers have freed it. Each producer, once its own consumers freed the stage (wait_empty),
+// tells the peer (a remote arrive on the peer's `peer_free[s]`, count 1) and waits for the peer's
+// word on its own: one completion per lap of the ring, waited for with the lap's parity.
+__device__ __forceinline__ void exchange_stage_free(uint64_t& peer_free, uint32_t phase, uint32_t peer_rank) {
+  EmptyBarrier::arrive(&peer_free, peer_rank, 1u);
+  FullBarrier::wait(&peer_free, phase);
+}
+
 // Every ring barrier of a forward kernel's shared storage. The FP8 kernel has two V rings: the
 // staging ring (TMA -> the 96 transposing producer threads) and the V^T ring (those threads ->
 // the consumers); see traits_fp8.hpp.
@@ -60,8 +70,13 @@ __device__ __forceinline__ void init_barriers(typename T::SharedStorage& smem) {
     } else {
       FullBarrier::init(&smem.v_full[s], 1);
     }
+    if constexpr (T::kClusterKV) {
+      EmptyBarrier::init(&smem.k_peer_free[s], 1);
+      EmptyBarrier::init(&smem.v_peer_free[s], 1);
+    }
   }
   if constexpr (T::Output::kInVRing) EmptyBarrier::init(&smem.o_staged, T::kNumConsumerThreads);
+  if constexpr (T::kClusterKV) EmptyBarrier::init(&smem.peer_done, T::kNumConsumerThreads);
 }
 
 }  // namespace hopattn::kernels::fwd

@@ -70,7 +70,7 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
   // The next tile is claimed once this tile's loads are issued (the consumers need it only at
   // this tile's end): +1.6..3.5% under a causal mask at 512-1k, -0.5% unmasked at d128 (H100,
   // perf-log session 21), as in the backward's producer.
-  for (; tile < sched.num_tiles; tile = claim_and_publish(sched, smem.tiles, ring)) {
+  for (; tile < sched.num_tiles; tile = claim_and_publish(sched, smem.tiles, ring, tile)) {
     timeline.next_tile();
     timeline.mark(kTileClaimed);
     const TileCoord c = sched.decode(tile);
@@ -98,10 +98,6 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     Tensor gV = local_tile(domain_offset(make_coord(si.k_offset, _0{}), mV(_, _, kv_head, b)),
                            typename T::TileKV{}, make_coord(_, _0{}));
     auto [tQg, tQs] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    // (TMA view of global blocks, TMA view of shared stages) for K and V.
-    auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-
     // With one Q buffer this tile's Q can load only after the previous tile's last Q K^T; this
     // loop turn starts at the claim, about a block earlier, so the Q box is sent to L2 now and
     // the load below finds it there (T::kPrefetchNextQ).
@@ -111,40 +107,79 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));
     q_pipe.advance();
     timeline.mark(kQIssued);
-    // K runs one block ahead of V: the consumers need K_{n-1} (next scores) and V_n (this
-    // block's P V) at the same time, and K stages are released a GEMM earlier than V stages.
-    auto load_k = [&](int n) {
-      wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
-      expect_bytes(smem.k_full[k_pipe.stage], load_kv ? T::kBytesKV : 0);
-      if (load_kv) copy(p.tma_k.with(smem.k_full[k_pipe.stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, k_pipe.stage));
-      k_pipe.advance();
-    };
-    auto load_v = [&](int n) {
-      wait_empty(smem.v_empty[v_pipe.stage], v_pipe.phase);
-      expect_bytes(smem.v_full[v_pipe.stage], load_kv ? T::kBytesKV : 0);
-      if (load_kv) copy(p.tma_v.with(smem.v_full[v_pipe.stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, v_pipe.stage));
-      v_pipe.advance();
-    };
-    load_k(n_end - 1);
-    for (int n = n_end - 1; n >= n_begin; --n) {
-      if (n > n_begin) load_k(n - 1);
-      if constexpr (T::kOutputInVRing) {
-        if (n == n_end - 1) {
-          if (staged_tile >= 0) {
-            // Split only where a second V follows: waiting for the other store before it is what
-            // keeps the consumers' next stmatrix (after this tile's last P V) off rows a store still
-            // reads. A one-block tile waits for both here.
-            store_pending = T::kOutputInVRingSplit && v_pipe.stage == 1 && n_end - n_begin >= 2;
-            store_output_from_v_ring<T>(p, smem, sched, staged_tile, staged_phase, v_pipe.stage, store_pending);
-            staged_phase ^= 1;
+
+    // The key blocks, given how one K or V block is issued into a freed stage: issue(n, stage, lap
+    // parity). Written once for both ways of loading; each way is its own instance, so neither
+    // keeps the other's TMA views live (the d256 producer has 24 registers).
+    auto walk_blocks = [&](auto&& issue_k, auto&& issue_v) {
+      // K runs one block ahead of V: the consumers need K_{n-1} (next scores) and V_n (this
+      // block's P V) at the same time, and K stages are released a GEMM earlier than V stages.
+      auto load_k = [&](int n) {
+        wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
+        issue_k(n, k_pipe.stage, k_pipe.phase);
+        k_pipe.advance();
+      };
+      auto load_v = [&](int n) {
+        wait_empty(smem.v_empty[v_pipe.stage], v_pipe.phase);
+        issue_v(n, v_pipe.stage, v_pipe.phase);
+        v_pipe.advance();
+      };
+      load_k(n_end - 1);
+      for (int n = n_end - 1; n >= n_begin; --n) {
+        if (n > n_begin) load_k(n - 1);
+        if constexpr (T::kOutputInVRing) {
+          if (n == n_end - 1) {
+            if (staged_tile >= 0) {
+              // Split only where a second V follows: waiting for the other store before it is
+              // what keeps the consumers' next stmatrix (after this tile's last P V) off rows a
+              // store still reads. A one-block tile waits for both here.
+              store_pending = T::kOutputInVRingSplit && v_pipe.stage == 1 && n_end - n_begin >= 2;
+              store_output_from_v_ring<T>(p, smem, sched, staged_tile, staged_phase, v_pipe.stage, store_pending);
+              staged_phase ^= 1;
+            }
+            staged_tile = tile;
+          } else if (store_pending) {
+            cute::tma_store_wait<0>();
+            store_pending = false;
           }
-          staged_tile = tile;
-        } else if (store_pending) {
-          cute::tma_store_wait<0>();
-          store_pending = false;
         }
+        load_v(n);
       }
-      load_v(n);
+    };
+
+    // (TMA view of global blocks, TMA view of shared stages) for K and V.
+    if (p.cluster_kv) {
+      // This CTA's half of each block, multicast to both CTAs of the cluster; each stage's full
+      // barrier still expects the whole block (half from the peer's load). With the V-ring
+      // epilogue the previous tile's O store has read a stage before the stage is declared free
+      // to the peer (the walk waits for the store before the load).
+      const uint32_t rank = uint32_t(TileScheduler::cluster_rank());
+      constexpr uint16_t kBothCtas = 0b11;
+      auto k_half = tma_partition(p.tma_k_mc, rank, Layout<_2>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto v_half = tma_partition(p.tma_v_mc, rank, Layout<_2>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      walk_blocks(
+          [&](int n, int stage, uint32_t phase) {
+            exchange_stage_free(smem.k_peer_free[stage], phase, rank ^ 1u);
+            expect_bytes(smem.k_full[stage], T::kBytesKV);
+            copy(p.tma_k_mc.with(smem.k_full[stage], kBothCtas), get<0>(k_half)(_, n), get<1>(k_half)(_, stage));
+          },
+          [&](int n, int stage, uint32_t phase) {
+            exchange_stage_free(smem.v_peer_free[stage], phase, rank ^ 1u);
+            expect_bytes(smem.v_full[stage], T::kBytesKV);
+            copy(p.tma_v_mc.with(smem.v_full[stage], kBothCtas), get<0>(v_half)(_, n), get<1>(v_half)(_, stage));
+          });
+    } else {
+      auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      walk_blocks(
+          [&](int n, int stage, uint32_t) {
+            expect_bytes(smem.k_full[stage], load_kv ? T::kBytesKV : 0);
+            if (load_kv) copy(p.tma_k.with(smem.k_full[stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, stage));
+          },
+          [&](int n, int stage, uint32_t) {
+            expect_bytes(smem.v_full[stage], load_kv ? T::kBytesKV : 0);
+            if (load_kv) copy(p.tma_v.with(smem.v_full[stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, stage));
+          });
     }
     timeline.mark(kLastVIssued);
   }

@@ -59,7 +59,7 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
   // The next tile is claimed once this tile's loads are issued, as in producer.hpp: +0.9..6.4%
   // under a causal mask at 512-1k (d256 causal 1k: 622 -> 662 TFLOP/s), unmasked within 1% (H200,
   // perf-log session 21).
-  for (; tile < sched.num_tiles; tile = claim_and_publish(sched, smem.tiles, ring)) {
+  for (; tile < sched.num_tiles; tile = claim_and_publish(sched, smem.tiles, ring, tile)) {
     const TileCoord c = sched.decode(tile);
     const SeqInfo si = seq_info(p, c.batch);
     if (c.m_block * T::kBlockM >= si.seqlen_q) continue;

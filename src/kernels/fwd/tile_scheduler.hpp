@@ -17,6 +17,12 @@
 //  * with a causal or windowed mask, m blocks go longest-first (the tiles near the end of the
 //    sequence see the most keys): largest-processing-time-first, the LPT of the slides.
 // Results do not depend on which CTA runs a tile, so the forward stays deterministic.
+//
+// 2-CTA clusters (forward, FwdKernelParams::cluster_kv): a tile is a pair of adjacent query
+// blocks (num_m_blocks counts pairs); CTA rank r of the cluster runs query block 2 m + r. Both
+// CTAs must walk the same tiles, so they take a fixed stride of clusters (first the cluster's
+// index, then + grid / 2) instead of the counter: the launcher allows it only without a mask,
+// where every tile costs the same and the stride balances as well as the counter.
 #pragma once
 
 #include <cutlass/arch/barrier.h>
@@ -55,9 +61,21 @@ struct TileScheduler {
   bool longest_first;
   int* counter;  // workspace: tiles claimed beyond the first wave
   TileDivisors div;
+  // 2-CTA clusters. A kernel parameter, and the rank is read from its special register when
+  // needed: neither holds a register in the consumers' loops (240 registers at d256).
+  bool clustered = false;
 
-  __device__ __forceinline__ int first_tile() const { return blockIdx.x; }
+  __device__ __forceinline__ static int cluster_rank() {
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return int(rank);
+  }
+  __device__ __forceinline__ int first_tile() const { return clustered ? int(blockIdx.x) / 2 : int(blockIdx.x); }
   __device__ __forceinline__ int claim_next() const { return int(gridDim.x) + atomicAdd(counter, 1); }
+  // The tile after `tile`: claimed from the counter, or the cluster's fixed stride.
+  __device__ __forceinline__ int next_tile(int tile) const {
+    return clustered ? tile + int(gridDim.x) / 2 : claim_next();
+  }
 
   __device__ __forceinline__ TileCoord decode(int tile) const {
     int sec, in_sec, m_index, pair_in_sec;
@@ -66,6 +84,7 @@ struct TileScheduler {
     else div.last_section_pairs(m_index, pair_in_sec, in_sec);
     TileCoord c;
     c.m_block = longest_first ? num_m_blocks - 1 - m_index : m_index;
+    if (clustered) c.m_block = 2 * c.m_block + cluster_rank();
     div.heads(c.batch, c.head, sec * section + pair_in_sec);
     return c;
   }
@@ -98,9 +117,10 @@ __device__ __forceinline__ void publish_tile(TileRing& ring, TileRingState& st, 
   st.advance();
 }
 
-// The producer's claim of its next tile, handed to the consumers at once.
-__device__ __forceinline__ int claim_and_publish(const TileScheduler& sched, TileRing& ring, TileRingState& st) {
-  const int next = sched.claim_next();
+// The producer's next tile after `tile`, handed to the consumers at once.
+__device__ __forceinline__ int claim_and_publish(const TileScheduler& sched, TileRing& ring, TileRingState& st,
+                                                 int tile) {
+  const int next = sched.next_tile(tile);
   publish_tile(ring, st, next);
   return next;
 }

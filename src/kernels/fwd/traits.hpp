@@ -183,6 +183,12 @@ struct FwdTraits {
                                       TileQ{}, _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{},
                                        take<0, 2>(SmemLayoutK{}), TileKV{}, _1{}));
+  // 2-CTA clusters (FwdKernelParams::cluster_kv, producer.hpp): each CTA loads half of a K or V
+  // block and multicasts it to both, so the two query blocks of a pair read their keys from L2
+  // once.
+  static constexpr bool kClusterKV = true;
+  using TmaKVMulticast = decltype(make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, GmemTensor{},
+                                                take<0, 2>(SmemLayoutK{}), TileKV{}, _2{}));
 
   // With one Q buffer the producer prefetches the next tile's Q to L2 when it claims that tile
   // (producer.hpp): +0.4..1.2% at d256 512-2k, neutral at 4k and at d128's 176-key kernel (H100,
@@ -222,6 +228,9 @@ struct FwdTraits {
     alignas(8) uint64_t q_full[kQStages], q_empty[kQStages];
     uint64_t k_full[kStages], k_empty[kStages], v_full[kStages], v_empty[kStages];
     uint64_t o_staged;  // kOutputInVRing: every consumer thread has written its O rows into the V ring
+    // cluster_kv: the peer CTA's producer has seen its copy of K / V stage s freed (producer.hpp).
+    uint64_t k_peer_free[kStages], v_peer_free[kStages];
+    uint64_t peer_done;  // cluster_kv: every consumer thread of the peer CTA is done (kernel.hpp)
     TileRing tiles;  // producer -> consumers: which tile comes next
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));

@@ -15,11 +15,13 @@ instruction stream instead.
 """
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -27,10 +29,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers  # noqa: E402  (shapes, FLOP count and implementations are the peers grid's)
 
 
+def smi_index() -> str:
+    """nvidia-smi's name for the current device, so that one GPU is sampled: its index, or its PCI
+    address where CUDA_VISIBLE_DEVICES renumbers the devices CUDA sees."""
+    ordinal = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(ordinal)
+    bus = getattr(props, "pci_bus_id", None)
+    if not os.environ.get("CUDA_VISIBLE_DEVICES") or bus is None:
+        return str(ordinal)
+    domain, device = getattr(props, "pci_domain_id", 0), getattr(props, "pci_device_id", 0)
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text)
+    except ValueError:  # "[N/A]" on boards that do not report a field
+        return None
+
+
 def sample_power(fn, seconds: float) -> dict:
     """Run fn repeatedly for about `seconds`: ms per call and the medians of the nvidia-smi samples."""
     smi = subprocess.Popen(
-        ["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits", "-lms", "20"],
+        ["nvidia-smi", "-i", smi_index(), "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+         "-lms", "20"],
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -55,14 +77,16 @@ def sample_power(fn, seconds: float) -> dict:
     finally:
         smi.terminate()
         out, _ = smi.communicate(timeout=10)
-    rows = [line.split(",") for line in out.splitlines() if line.count(",") == 1]
+    rows = [[_number(x) for x in line.split(",")] for line in out.splitlines() if line.count(",") == 1]
     settled = rows[len(rows) // 4 :] or rows
-    if not settled:
-        raise RuntimeError("nvidia-smi returned no samples")
+    clocks = [r[0] for r in settled if r[0] is not None]
+    powers = [r[1] for r in settled if r[1] is not None]
+    if not clocks or not powers:
+        raise RuntimeError(f"nvidia-smi returned no usable samples ({len(rows)} lines)")
     return {
         "ms_per_call": elapsed_ms / calls,
-        "clock_mhz": statistics.median(float(r[0]) for r in settled),
-        "power_w": statistics.median(float(r[1]) for r in settled),
+        "clock_mhz": statistics.median(clocks),
+        "power_w": statistics.median(powers),
         "samples": len(rows),
     }
 
@@ -117,6 +141,8 @@ def main(argv=None) -> int:
                     fn()
                     res = sample_power(fn, args.seconds)
             except Exception as exc:  # one implementation failing must not hide the others
+                if peers._is_cuda_fault(exc):
+                    raise  # the context is broken: later figures would be meaningless
                 print(f"{impl.name:<12} {r:>5} unavailable: {peers._first_line(exc)}")
                 continue
             tflops = flops / (res["ms_per_call"] * 1e-3) / 1e12

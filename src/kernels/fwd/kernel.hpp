@@ -19,11 +19,12 @@ namespace hopattn::kernels::fwd {
 
 // 2-CTA clusters: no CTA may exit while its peer can still write into its shared memory or arrive
 // on its barriers. Every consumer thread, done with its last block, arrives on the peer's
-// `peer_done` (count: the consumer threads of a CTA); one thread waits for the peer's. Once it
-// passes, the peer's consumers have read every block (so every multicast half sent either way has
-// landed), and the peer's producer has sent its last arrive here: each of those is one this CTA's
-// producer waited for before a load that these consumers read. The producer role needs no part:
-// a cluster barrier after the roles' branches spilled the d256 producer (24 registers).
+// `peer_done` (count: the consumer threads of a CTA); one thread waits for the peer's. Every half
+// multicast here has landed (this CTA's consumers, that thread among them, waited for every
+// block), every half sent to the peer too (its consumers have read every block once the wait
+// passes), and the peer's producer has sent its last arrive here: each of its arrives is one this
+// CTA's producer waited for before a load that these consumers read. The producer role needs no
+// part: a cluster barrier after the roles' branches spilled the d256 producer (24 registers).
 __device__ __forceinline__ void leave_cluster(uint64_t& peer_done, int consumer_tid) {
   EmptyBarrier::arrive(&peer_done, TileScheduler::cluster_rank() ^ 1, 1u);
   if (consumer_tid == 0) FullBarrier::wait(&peer_done, 0);
@@ -36,25 +37,34 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   auto& smem = *reinterpret_cast<typename T::SharedStorage*>(smem_bytes);
   const int warp = warp_idx_uniform();
   const int warpgroup = warp / 4;
+  const bool clustered = T::kClusterKV && p.cluster_kv;  // 2-CTA clusters (launch.hpp)
 
   if (warp == 0 && cute::elect_one_sync()) {
     init_barriers<T>(smem);
     // The FP8 transposers (producer warps 1..3) read the tile ring too.
     smem.tiles.init(T::kNumConsumerThreads + T::kNumTransposeThreads);
     cute::prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
-    cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+    if constexpr (T::kClusterKV) {
+      if (clustered) {
+        cute::prefetch_tma_descriptor(p.tma_k_mc.get_tma_descriptor());
+        cute::prefetch_tma_descriptor(p.tma_v_mc.get_tma_descriptor());
+      }
+    }
+    if (!clustered) {
+      cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
+      cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+    }
     if constexpr (T::Output::kStaged) cute::prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
   }
   cutlass::arch::fence_barrier_init();
   // With 2-CTA clusters the peer's producer arrives on this CTA's barriers and its TMA writes
   // here: both CTAs' barriers are initialised before either starts.
-  if (p.cluster_kv) cute::cluster_sync();
+  if (clustered) cute::cluster_sync();
   else __syncthreads();
 
   const TileScheduler sched{p.num_m_blocks,  p.nheads,       p.num_tiles,
                             p.heads_per_l2_section, p.longest_first, p.tile_counter,
-                            p.tile_divisors, p.cluster_kv};
+                            p.tile_divisors, clustered};
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
     if constexpr (T::kFp8) {
@@ -77,7 +87,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
     Consumer<T> consumer{p, smem, tid, {p.pingpong, consumer_wg}};
     consumer.run(sched);
     if constexpr (T::kClusterKV) {
-      if (p.cluster_kv) leave_cluster(smem.peer_done, tid);
+      if (clustered) leave_cluster(smem.peer_done, tid);
     }
   }
 }

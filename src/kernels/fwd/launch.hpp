@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -114,18 +115,19 @@ void set_output_store(FwdKernelParams<T>& p, const FwdArgs& a, int q_rows, bool 
   }
 }
 
-// 2-CTA clusters with K/V multicast (FwdKernelParams::cluster_kv; -DHOPATTN_EXP_FWD_CLUSTER=0
-// turns them off). Only where both query blocks of every pair run the same keys and every CTA's
-// tiles cost the same (the clusters walk a fixed stride, tile_scheduler.hpp): dense batches
-// without a mask, an even number of query blocks, keys present. H100, against one CTA per tile
-// (perf-log, session 43): d128 1k-8k +1.0..2.9%, d256 1k-8k +4.1..5.6%.
-#ifndef HOPATTN_EXP_FWD_CLUSTER
-#define HOPATTN_EXP_FWD_CLUSTER 1
-#endif
+// 2-CTA clusters with K/V multicast (FwdKernelParams::cluster_kv, T::kClusterKV). H100, against
+// one CTA per tile (perf-log, session 43): d128 1k-8k +1.0..2.9%, d256 1k-8k +4.1..5.6%.
+// The two CTAs of a cluster must issue the same K/V loads in the same order (each waits for the
+// other's word before every load), so both must run every tile of the pair over the same key
+// blocks: no mask (a causal pair sees different key ranges), no varlen or seqused (a CTA would
+// skip a tile whose rows lie past its sequence: the producer's `continue`s must never fire here),
+// an even number of query blocks, keys present. And every tile must cost the same, as the
+// clusters walk a fixed stride (tile_scheduler.hpp). Widening this list needs the producer to
+// keep both CTAs' load sequences equal.
 template <class T>
 bool use_cluster_kv(const FwdArgs& a, int64_t num_m_blocks) {
-  return HOPATTN_EXP_FWD_CLUSTER != 0 && T::kClusterKV && !a.varlen() && a.seqused_q == nullptr &&
-         a.seqused_k == nullptr && !a.has_window() && num_m_blocks % 2 == 0 && a.seqlen_k > 0 && a.num_sms >= 2;
+  return T::kClusterKV && !a.varlen() && a.seqused_q == nullptr && a.seqused_k == nullptr && !a.has_window() &&
+         num_m_blocks % 2 == 0 && a.seqlen_k > 0 && a.num_sms >= 2;
 }
 
 template <class T>
@@ -212,13 +214,20 @@ void launch_clusters(const FwdKernelParams<T>& p, const FwdArgs& a, cudaStream_t
   cfg.stream = stream;
   cfg.attrs = attr;
   cfg.numAttrs = 1;
-  static const int max_clusters = [&] {
-    cfg.gridDim = dim3(2 * 66);
-    int n = 0;
-    HOPATTN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
-    return n;
-  }();
-  const int clusters = std::min({p.num_tiles, std::max(max_clusters, 1), a.num_sms / 2});
+  // Co-resident clusters, per device (the occupancy query is not free; a fixed stride over more
+  // clusters than fit would run the late ones' shares after the others).
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> max_clusters[kMaxDevices] = {};
+  int dev = 0;
+  HOPATTN_CUDA_CHECK(cudaGetDevice(&dev));
+  int fit = dev < kMaxDevices ? max_clusters[dev].load(std::memory_order_relaxed) : 0;
+  if (fit == 0) {
+    cfg.gridDim = dim3(2 * std::max(a.num_sms / 2, 1));  // any multiple of the cluster size
+    HOPATTN_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&fit, kernel, &cfg));
+    fit = std::max(fit, 1);
+    if (dev < kMaxDevices) max_clusters[dev].store(fit, std::memory_order_relaxed);
+  }
+  const int clusters = std::min({p.num_tiles, fit, a.num_sms / 2});
   cfg.gridDim = dim3(2 * clusters);
   HOPATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
 }
@@ -228,8 +237,9 @@ void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
   FwdKernelParams<T> p = make_params<T>(a);
   if (p.num_tiles == 0) return;
   // The dynamic scheduler's tile counter; a memset node is as graph-capturable as the kernel.
+  // (Clusters walk a fixed stride and never read it.)
   p.tile_counter = static_cast<int*>(workspace);
-  HOPATTN_CUDA_CHECK(cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream));
+  if (!p.cluster_kv) HOPATTN_CUDA_CHECK(cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream));
   auto kernel = attention_fwd_kernel<T>;
   HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
   if (p.cluster_kv) {

@@ -82,8 +82,9 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     if (n_end <= n_begin) continue;  // the consumers write the empty-row result without loads
 #ifdef HOPATTN_EXP_FWD_HALF_KV_LOADS
 #pragma message("HOPATTN_EXP_FWD_HALF_KV_LOADS: tiles of odd query blocks skip their K and V loads; O is wrong")
-    // Timing experiment only: the L2 reads that 2-CTA clusters multicasting K and V to the tiles
-    // of two adjacent query blocks would save, without the clusters' lockstep (an upper bound).
+    // Timing experiment only (session 37): the L2 reads that 2-CTA clusters multicasting K and V
+    // to the tiles of two adjacent query blocks would save, without the clusters' lockstep (an
+    // upper bound). Built with it, the kernel runs without clusters (T::kClusterKV).
     const bool load_kv = (c.m_block & 1) == 0;
 #else
     constexpr bool load_kv = true;
@@ -148,11 +149,13 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
     };
 
     // (TMA view of global blocks, TMA view of shared stages) for K and V.
-    if (p.cluster_kv) {
+    if (T::kClusterKV && p.cluster_kv) {
       // This CTA's half of each block, multicast to both CTAs of the cluster; each stage's full
       // barrier still expects the whole block (half from the peer's load). With the V-ring
       // epilogue the previous tile's O store has read a stage before the stage is declared free
       // to the peer (the walk waits for the store before the load).
+      // The coordinate tensors mK / mV came from tma_k / tma_v; tma_k_mc / tma_v_mc describe the
+      // same tensors with the same layouts (launch.hpp), so their views partition them alike.
       const uint32_t rank = uint32_t(TileScheduler::cluster_rank());
       constexpr uint16_t kBothCtas = 0b11;
       auto k_half = tma_partition(p.tma_k_mc, rank, Layout<_2>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));

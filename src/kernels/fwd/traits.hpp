@@ -39,10 +39,21 @@
 #ifndef HOPATTN_EXP_O_IN_V_RING
 #define HOPATTN_EXP_O_IN_V_RING -1
 #endif
+// Experiment switch for FwdTraits::kClusterKV (2-CTA clusters with K/V multicast on dense
+// problems without a mask): 1 on (measured, session 43), 0 off.
+#ifndef HOPATTN_EXP_FWD_CLUSTER
+#define HOPATTN_EXP_FWD_CLUSTER 1
+#endif
 
 namespace hopattn::kernels::fwd {
 
 using namespace cute;
+
+#ifdef HOPATTN_EXP_FWD_HALF_KV_LOADS
+inline constexpr bool kHalfKvLoadsExperiment = true;
+#else
+inline constexpr bool kHalfKvLoadsExperiment = false;
+#endif
 
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_,
           bool kIntraWgOverlap_ = true, bool kStagedEpilogue_ = false>
@@ -185,8 +196,9 @@ struct FwdTraits {
                                        take<0, 2>(SmemLayoutK{}), TileKV{}, _1{}));
   // 2-CTA clusters (FwdKernelParams::cluster_kv, producer.hpp): each CTA loads half of a K or V
   // block and multicasts it to both, so the two query blocks of a pair read their keys from L2
-  // once.
-  static constexpr bool kClusterKV = true;
+  // once. -DHOPATTN_EXP_FWD_CLUSTER=0 compiles their code out (the barriers stay in
+  // SharedStorage, unused); the half-loads timing experiment (producer.hpp) runs without them.
+  static constexpr bool kClusterKV = HOPATTN_EXP_FWD_CLUSTER != 0 && !kHalfKvLoadsExperiment;
   using TmaKVMulticast = decltype(make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, GmemTensor{},
                                                 take<0, 2>(SmemLayoutK{}), TileKV{}, _2{}));
 

@@ -129,7 +129,7 @@ struct FwdFp8Traits {
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}), TileKV{}, _1{}));
   // No 2-CTA clusters: the V staging ring and its transposers would need the peer's releases too.
   static constexpr bool kClusterKV = false;
-  using TmaKVMulticast = TmaKV;  // a placeholder of FwdKernelParams, never built
+  struct TmaKVMulticast {};  // FwdKernelParams' member type; nothing to build
 
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim;
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim;

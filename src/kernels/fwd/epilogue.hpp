@@ -127,6 +127,25 @@ struct Epilogue {
     copy(p.tma_o, tOs, tOg);
   }
 
+  // Output::kInVRing, from the thread that stores (the 16-bit loader, an FP8 transposer): waits
+  // until `tile`'s O is staged in the V ring (`o_staged`, lap parity `phase`), then stores every
+  // warpgroup's rows by TMA, one bulk group each, warpgroup `first_wg`'s first. Returns once all
+  // have read shared memory, or with `split` once the first has (the caller waits for the rest).
+  __device__ __forceinline__ static void store_from_v_ring(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
+                                                           const TileScheduler& sched, int tile, uint32_t phase,
+                                                           int first_wg, bool split) {
+    const TileCoord c = sched.decode(tile);
+    const SeqInfo si = seq_info(p, c.batch);
+    wait_full(smem.o_staged, phase);
+    for (int k = 0; k < T::kNumConsumerWgs; ++k) {
+      const int wg = (first_wg + k) % T::kNumConsumerWgs;
+      if (wg_box_by_tma(p, c, si, wg)) issue_output_store(p, smem.v.data(), c, si, wg);
+      cute::tma_store_arrive();
+    }
+    if (split) cute::tma_store_wait<T::kNumConsumerWgs - 1>();
+    else cute::tma_store_wait<0>();
+  }
+
   // stmatrix into this warpgroup's buffer, then a TMA store of its 64 rows issued by thread 0 of
   // the warpgroup (store_wg_tile_staged, common/staged_store.hpp).
   template <class Out, class TensorO>

@@ -31,19 +31,9 @@ __device__ __forceinline__ void store_output_from_v_ring(const FwdKernelParams<T
   // tile_to_shape puts the stage mode outermost, so stage s starts at s x kBytesKV if unpadded.
   static_assert(cute::cosize_v<typename T::SmemLayoutV> == T::kStages * T::kBlockN * T::kHeadDim,
                 "the V ring must be kStages unpadded stages");
-  const TileCoord c = sched.decode(tile);
-  const SeqInfo si = seq_info(p, c.batch);
-  wait_full(smem.o_staged, phase);
   // Stage 0 overlaps warpgroup 0's O and some or all of warpgroup 1's; stage 1 at most warpgroup
   // 1's (the assert above; none at d128's 176-key stages).
-  const int first_wg = next_stage == 0 ? 0 : 1;
-  for (int k = 0; k < T::kNumConsumerWgs; ++k) {
-    const int wg = (first_wg + k) % T::kNumConsumerWgs;
-    if (Epilogue<T>::wg_box_by_tma(p, c, si, wg)) Epilogue<T>::issue_output_store(p, smem.v.data(), c, si, wg);
-    cute::tma_store_arrive();
-  }
-  if (split) cute::tma_store_wait<T::kNumConsumerWgs - 1>();
-  else cute::tma_store_wait<0>();
+  Epilogue<T>::store_from_v_ring(p, smem, sched, tile, phase, next_stage == 0 ? 0 : 1, split);
 }
 
 template <class T>

@@ -122,18 +122,7 @@ __device__ __forceinline__ void store_output_from_vt_ring(const FwdKernelParams<
   static_assert(T::kStages == T::kNumConsumerWgs &&
                     T::Output::Rows::stage_base(1) == uint32_t(T::kBlockN * T::kHeadDim),
                 "each consumer warpgroup's O must fill exactly one V^T slot");
-  if (tid == 0) {
-    const TileCoord c = sched.decode(tile);
-    const SeqInfo si = seq_info(p, c.batch);
-    wait_full(smem.o_staged, phase);
-    for (int k = 0; k < T::kNumConsumerWgs; ++k) {
-      const int wg = (first_slot + k) % T::kNumConsumerWgs;
-      if (Epilogue<T>::wg_box_by_tma(p, c, si, wg)) Epilogue<T>::issue_output_store(p, smem.v.data(), c, si, wg);
-      cute::tma_store_arrive();
-    }
-    if (split) cute::tma_store_wait<T::kNumConsumerWgs - 1>();
-    else cute::tma_store_wait<0>();
-  }
+  if (tid == 0) Epilogue<T>::store_from_v_ring(p, smem, sched, tile, phase, first_slot, split);
   named_barrier_sync(kTransposerBarrier, T::kNumTransposeThreads);
 }
 

@@ -25,6 +25,7 @@
 // where every tile costs the same and the stride balances as well as the counter.
 #pragma once
 
+#include <cute/arch/cluster_sm90.hpp>
 #include <cutlass/arch/barrier.h>
 #include <cutlass/fast_math.h>
 
@@ -65,11 +66,7 @@ struct TileScheduler {
   // needed: neither holds a register in the consumers' loops (240 registers at d256).
   bool clustered = false;
 
-  __device__ __forceinline__ static int cluster_rank() {
-    uint32_t rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    return int(rank);
-  }
+  __device__ __forceinline__ static int cluster_rank() { return int(cute::block_rank_in_cluster()); }
   __device__ __forceinline__ int first_tile() const { return clustered ? int(blockIdx.x) / 2 : int(blockIdx.x); }
   __device__ __forceinline__ int claim_next() const { return int(gridDim.x) + atomicAdd(counter, 1); }
   // The tile after `tile`: claimed from the counter, or the cluster's fixed stride.

@@ -333,6 +333,15 @@ std::vector<Fp8Case> coverage() {
     add([&](Fp8Case& c) { c.a.head_dim = d; c.a.seqlen_q = 513; c.a.seqlen_k = 1000; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 5; c.out_fp16 = true; });
     add([&](Fp8Case& c) { c.a.head_dim = d; c.a.seqlen_q = 600; c.a.seqlen_k = 600; c.a.window_left = 60; c.a.window_right = 0; c.a.max_ctas = 2; });
   }
+  // 2-CTA clusters (d256 only, dense, no mask, an even number of query blocks): both
+  // CTAs load half of every K and staged V block for the pair; many pairs per cluster (max_ctas),
+  // an odd number of key blocks, block descales, the V^T-ring epilogue across the pair's tiles.
+  // The d128 and d64 shapes (GQA, fp16 output, 192-row tiles) run without clusters, as these
+  // head dims do, and were run clustered when session 44 measured them.
+  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 1024; c.a.seqlen_k = 1100; c.a.max_ctas = 4; c.q_block_rows = 64; c.kv_block_rows = 128; });
+  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 512; c.a.seqlen_k = 129; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 2; c.out_fp16 = true; });
+  add([&](Fp8Case& c) { c.a.head_dim = 128; c.a.seqlen_q = 512; c.a.seqlen_k = 1100; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 6; c.out_fp16 = true; });
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.seqlen_q = 768; c.a.seqlen_k = 700; c.a.max_ctas = 2; c.kv_block_rows = 256; });
   // d128's register-store kernel serves every problem past 4096 keys: one there, and forced onto
   // shorter ones with the options the coverage above now gives the staged kernel (varlen, score
   // recompute with block descales, softcap, window with fp16 output).

@@ -116,7 +116,8 @@ void set_output_store(FwdKernelParams<T>& p, const FwdArgs& a, int q_rows, bool 
 }
 
 // 2-CTA clusters with K/V multicast (FwdKernelParams::cluster_kv, T::kClusterKV). H100, against
-// one CTA per tile (perf-log, session 43): d128 1k-8k +1.0..2.9%, d256 1k-8k +4.1..5.6%.
+// one CTA per tile (perf-log, session 43): d128 1k-8k +1.0..2.9%, d256 1k-8k +4.1..5.6%; FP8 at
+// d256 only (traits_fp8.hpp, session 44).
 // The two CTAs of a cluster must issue the same K/V loads in the same order (each waits for the
 // other's word before every load), so both must run every tile of the pair over the same key
 // blocks: no mask (a causal pair sees different key ranges), no varlen or seqused (a CTA would

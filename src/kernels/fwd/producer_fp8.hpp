@@ -13,6 +13,8 @@
 //   loader:      load K_n (+ descales), load V_n into staging          (runs ahead, ring depth)
 //   transposers: wait staged V_n, wait V^T slot free, transpose, fence to the async proxy,
 //                arrive v_full (consumers may read), arrive v_stage_empty (TMA may refill)
+// In 2-CTA clusters (d256, traits_fp8.hpp) each loader loads half of K_n and V_n into both
+// CTAs' rings and first waits for the peer's word that its copy of the stage is free too.
 // No cycle: the loader waits only for the consumers (K) and the transposers (staging slots of
 // earlier blocks); the transposers for the loader (V_n) and the consumers' P V of block
 // n+kStages (the V^T slot's previous tenant).
@@ -77,8 +79,6 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
     Tensor gV = local_tile(domain_offset(make_coord(si.k_offset, _0{}), mV(_, _, kv_head, b)),
                            typename T::TileKV{}, make_coord(_, _0{}));
     auto [tQg, tQs] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
     const Fp8KeyScales scales = Fp8KeyScales::load(p, c);
 
     if constexpr (T::kPrefetchNextQ) prefetch(p.tma_q, tQg);  // as producer.hpp
@@ -86,19 +86,56 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
     expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
     copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));
     q_pipe.advance();
-    for (int n = n_end - 1; n >= n_begin; --n) {
-      // The descales are read before the wait so that their latency overlaps it.
-      const float k_scale = scales.k(n), v_scale = scales.v(n);
-      wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
-      smem.k_descale[k_pipe.stage] = k_scale;  // published by the arrive below
-      smem.v_descale[k_pipe.stage] = v_scale;
-      expect_bytes(smem.k_full[k_pipe.stage], T::kBytesKV);
-      copy(p.tma_k.with(smem.k_full[k_pipe.stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, k_pipe.stage));
-      k_pipe.advance();
-      wait_empty(smem.v_stage_empty[v_pipe.stage], v_pipe.phase);
-      expect_bytes(smem.v_stage_full[v_pipe.stage], T::kBytesKV);
-      copy(p.tma_v.with(smem.v_stage_full[v_pipe.stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, v_pipe.stage));
-      v_pipe.advance();
+
+    // The key blocks, given how one K or V block is issued into a freed stage (as producer.hpp:
+    // one instance per way of loading, so that neither keeps the other's TMA views live; the
+    // d = 256 loader runs in 24 registers).
+    auto walk_blocks = [&](auto&& issue_k, auto&& issue_v) {
+      for (int n = n_end - 1; n >= n_begin; --n) {
+        // The descales are read before the wait so that their latency overlaps it.
+        const float k_scale = scales.k(n), v_scale = scales.v(n);
+        wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
+        smem.k_descale[k_pipe.stage] = k_scale;  // published by the arrive in issue_k
+        smem.v_descale[k_pipe.stage] = v_scale;
+        issue_k(n, k_pipe.stage, k_pipe.phase);
+        k_pipe.advance();
+        wait_empty(smem.v_stage_empty[v_pipe.stage], v_pipe.phase);
+        issue_v(n, v_pipe.stage, v_pipe.phase);
+        v_pipe.advance();
+      }
+    };
+
+    if (T::kClusterKV && p.cluster_kv) {
+      // Half of each block from each CTA, multicast to both (producer.hpp); a staging stage is
+      // refilled once both CTAs' transposers have read it, a K stage once both CTAs' consumers.
+      const uint32_t rank = uint32_t(TileScheduler::cluster_rank());
+      constexpr uint16_t kBothCtas = 0b11;
+      auto k_half = tma_partition(p.tma_k_mc, rank, Layout<_2>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto v_half = tma_partition(p.tma_v_mc, rank, Layout<_2>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      walk_blocks(
+          [&](int n, int stage, uint32_t phase) {
+            exchange_stage_free(smem.k_peer_free[stage], phase, rank ^ 1u);
+            expect_bytes(smem.k_full[stage], T::kBytesKV);
+            copy(p.tma_k_mc.with(smem.k_full[stage], kBothCtas), get<0>(k_half)(_, n), get<1>(k_half)(_, stage));
+          },
+          [&](int n, int stage, uint32_t phase) {
+            exchange_stage_free(smem.v_peer_free[stage], phase, rank ^ 1u);
+            expect_bytes(smem.v_stage_full[stage], T::kBytesKV);
+            copy(p.tma_v_mc.with(smem.v_stage_full[stage], kBothCtas), get<0>(v_half)(_, n),
+                 get<1>(v_half)(_, stage));
+          });
+    } else {
+      auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      walk_blocks(
+          [&](int n, int stage, uint32_t) {
+            expect_bytes(smem.k_full[stage], T::kBytesKV);
+            copy(p.tma_k.with(smem.k_full[stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, stage));
+          },
+          [&](int n, int stage, uint32_t) {
+            expect_bytes(smem.v_stage_full[stage], T::kBytesKV);
+            copy(p.tma_v.with(smem.v_stage_full[stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, stage));
+          });
     }
   }
 }

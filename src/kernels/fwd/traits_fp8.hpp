@@ -127,9 +127,14 @@ struct FwdFp8Traits {
   using GmemTensor = typename GmemView<Element>::Tensor_;
   using TmaQ = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutQ{}), TileQ{}, _1{}));
   using TmaKV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}), TileKV{}, _1{}));
-  // No 2-CTA clusters: the V staging ring and its transposers would need the peer's releases too.
-  static constexpr bool kClusterKV = false;
-  struct TmaKVMulticast {};  // FwdKernelParams' member type; nothing to build
+  // 2-CTA clusters as in traits.hpp: K and the V staging ring are multicast (each CTA loads half
+  // of a block into both CTAs' stages); the transposers and the V^T ring stay local. Against one
+  // CTA per tile (H100, perf-log session 44): d256 +2.4..3.5% at 1k-16k keys, 512 within +-2.6%
+  // over two runs; d64 -7% at 1k and d128 -3% at 512, within 1% beyond, and d64's masked kernel
+  // spilled 20 B with the cluster path: d256 only.
+  static constexpr bool kClusterKV = HOPATTN_EXP_FWD_CLUSTER != 0 && kHeadDim_ >= 256;
+  using TmaKVMulticast = decltype(make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, GmemTensor{}, take<0, 2>(SmemLayoutK{}),
+                                                TileKV{}, _2{}));
 
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim;
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim;
@@ -158,6 +163,9 @@ struct FwdFp8Traits {
     uint64_t v_stage_full[kStages], v_stage_empty[kStages];  // TMA -> transposing warps
     uint64_t v_full[kStages], v_empty[kStages];              // transposing warps -> consumers
     float k_descale[kStages], v_descale[kStages];  // of the key tile in K stage s (fp8_scales.hpp)
+    // cluster_kv: the peer CTA's loader has seen its copy of K / V staging stage s freed.
+    uint64_t k_peer_free[kStages], v_peer_free[kStages];
+    uint64_t peer_done;  // cluster_kv: every consumer thread of the peer CTA is done (kernel.hpp)
     TileRing tiles;
   };
   static constexpr int kSmemBytes = int(sizeof(SharedStorage));

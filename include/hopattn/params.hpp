@@ -51,6 +51,9 @@ struct Fp8BlockDescale {
 struct FwdTuning {
   bool disable_pingpong = false;          // consumer warpgroups issue GEMMs without the token (FP8: always)
   bool disable_intra_wg_overlap = false;  // GEMMs waited for before the softmax (bf16, d=128 only)
+  // No producer warpgroup: a consumer thread issues the loads between its GEMMs, with no pingpong
+  // token (bf16, d=128 only; not together with disable_intra_wg_overlap).
+  bool disable_warp_specialization = false;
   bool disable_lpt = false;               // causal/window tiles in plain order, not longest-first
 
   // Experiment knobs, so that one build can compare choices side by side in one process (no

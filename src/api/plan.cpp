@@ -97,6 +97,25 @@ bool mask_hides_much(const FwdProblem& prob) {
   return 2 * int64_t(prob.seqlen_q) >= prob.seqlen_k;
 }
 
+// The Table 2 ablation kernel that FwdTuning's switches ask for (disable_pingpong is a run-time
+// switch of every kernel). Validated here: the two kernel switches do not combine.
+kernels::FwdAblation fwd_ablation(const FwdTuning& tuning) {
+  if (tuning.disable_intra_wg_overlap && tuning.disable_warp_specialization)
+    detail::not_supported("tuning.disable_warp_specialization",
+                          "together with tuning.disable_intra_wg_overlap (no such ablation kernel)");
+  if (tuning.disable_intra_wg_overlap) return kernels::FwdAblation::kNoIntraWgOverlap;
+  if (tuning.disable_warp_specialization) return kernels::FwdAblation::kNoWarpSpecialization;
+  return kernels::FwdAblation::kNone;
+}
+
+const char* ablation_name(kernels::FwdAblation a) {
+  switch (a) {
+    case kernels::FwdAblation::kNoIntraWgOverlap: return "the no-overlap ablation kernel";
+    case kernels::FwdAblation::kNoWarpSpecialization: return "the no-warp-specialization ablation kernel";
+    default: return "not an ablation kernel";
+  }
+}
+
 // FwdTuning::kernel: the compiled kernel of that name, which must serve the problem's dtype, head
 // dim and ablation setting (any of a head dim's kernels computes any problem; only speed differs).
 const kernels::FwdKernel& forced_fwd_kernel(const FwdProblem& prob, const FwdTuning& tuning) {
@@ -115,29 +134,31 @@ const kernels::FwdKernel& forced_fwd_kernel(const FwdProblem& prob, const FwdTun
     detail::fail("tuning.kernel", "'" + name + "' is a " + dtype_name(k->dtype) + " head dim " +
                                       std::to_string(k->head_dim) + " kernel; the problem is " +
                                       dtype_name(prob.dtype) + " head dim " + std::to_string(prob.head_dim));
-  if (k->ablation_no_overlap != tuning.disable_intra_wg_overlap)
-    detail::fail("tuning.kernel", "'" + name + "' disagrees with tuning.disable_intra_wg_overlap (set it to " +
-                                      (k->ablation_no_overlap ? "true" : "false") + " for this kernel)");
+  if (k->ablation != fwd_ablation(tuning))
+    detail::fail("tuning.kernel", "'" + name + "' is " + ablation_name(k->ablation) +
+                                      "; the tuning switches ask for " + ablation_name(fwd_ablation(tuning)));
   return *k;
 }
 
 const kernels::FwdKernel& choose_fwd_kernel(const FwdProblem& prob, const FwdParams& p) {
   const FwdTuning& tuning = p.tuning;
-  const bool ablation = tuning.disable_intra_wg_overlap;
+  const kernels::FwdAblation ablation = fwd_ablation(tuning);
+  const char* switch_name = ablation == kernels::FwdAblation::kNoWarpSpecialization
+                                ? "tuning.disable_warp_specialization"
+                                : "tuning.disable_intra_wg_overlap";
   if (prob.dtype == DType::kFloat8E4M3) {
     if (prob.head_dim != 64 && prob.head_dim != 128 && prob.head_dim != 256)
       detail::not_supported("q", "e4m3 forward for head dim " + std::to_string(prob.head_dim) +
                                      " (FP8 kernels exist for head dims 64, 128, 256)");
-    if (ablation)
-      detail::not_supported("tuning.disable_intra_wg_overlap", "the ablation kernel is bf16 head dim 128 only");
+    if (ablation != kernels::FwdAblation::kNone)
+      detail::not_supported(switch_name, "the ablation kernels are bf16 head dim 128 only");
   }
   const kernels::FwdKernel* k =
       tuning.kernel != nullptr
           ? &forced_fwd_kernel(prob, tuning)
           : kernels::find_fwd_kernel(prob.dtype, prob.head_dim, ablation, prob.seqlen_k, mask_hides_much(prob));
-  if (k == nullptr && ablation)
-    detail::not_supported("tuning.disable_intra_wg_overlap",
-                          "the no-overlap ablation kernel exists for bf16 head dim 128 only");
+  if (k == nullptr && ablation != kernels::FwdAblation::kNone)
+    detail::not_supported(switch_name, std::string(ablation_name(ablation)) + " exists for bf16 head dim 128 only");
   if (k == nullptr)
     detail::not_supported("q", std::string("forward for ") + dtype_name(prob.dtype) + " head dim " +
                                    std::to_string(prob.head_dim) + " (no such kernel in this build)");
@@ -239,7 +260,7 @@ void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t works
   if (prob.empty()) return;
   const kernels::FwdKernel& k = planned_kernel(plan, kernels::fwd_kernels(), "plan_fwd");
   if (k.dtype != prob.dtype || k.head_dim != prob.head_dim ||
-      k.ablation_no_overlap != p.tuning.disable_intra_wg_overlap)
+      k.ablation != fwd_ablation(p.tuning))
     throw Error(ErrorCode::kInvalidArgument, "plan", "was made for other parameters (" +
                                                          std::string(k.name) + ")");
   k.launch(make_fwd_args(p, prob, dev), workspace, stream);

@@ -20,11 +20,18 @@ enum class FwdKernelUse {
   kMasked,     // masks that hide much (plan.cpp), seqlen_k <= max_keys (0: any), past the short kernel
 };
 
+// The paper's Table 2 ablation kernels (bf16, head dim 128): each turns off one technique.
+enum class FwdAblation {
+  kNone,
+  kNoIntraWgOverlap,       // each GEMM waited for before the softmax (FwdTraits::kIntraWgOverlap)
+  kNoWarpSpecialization,   // no producer warpgroup (FwdTraits::kWarpSpecialized, inline_loader.hpp)
+};
+
 struct FwdKernel {
   const char* name;
   DType dtype;
   int head_dim;
-  bool ablation_no_overlap;  // the Table 2 variant without intra-warpgroup overlap
+  FwdAblation ablation;      // kNone except for the Table 2 variants
   int block_n;               // keys per tile: FP8 K/V scale blocks must be a multiple
   FwdKernelUse use;
   int max_keys;  // kShortKeys, kMasked: the longest seqlen_k it takes; 0: no limit (kMasked) or unused
@@ -40,10 +47,10 @@ struct BwdKernel {
   void (*launch)(const BwdArgs&, void* workspace, cudaStream_t);
 };
 
-// Returns the kernel for (dtype, head_dim), or its no-overlap ablation variant, or nullptr when
+// Returns the kernel for (dtype, head_dim), or its ablation variant, or nullptr when
 // this build did not compile it; among several, the one whose FwdKernelUse fits seqlen_k and
 // masked (the mask hides a large share of the scores: plan.cpp).
-const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, bool ablation_no_overlap, int seqlen_k, bool masked);
+const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, FwdAblation ablation, int seqlen_k, bool masked);
 // Every compiled forward kernel, terminated by an entry whose name is nullptr.
 const FwdKernel* fwd_kernels();
 

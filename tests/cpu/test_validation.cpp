@@ -180,10 +180,15 @@ TEST_F(FwdFixture, ForcedKernel) {
   p.tuning.kernel = "fwd_sm90_bf16_hd128_masked";
   EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_masked");
   p.tuning.kernel = "fwd_sm90_bf16_hd128_no_overlap";
-  expect_error(ErrorCode::kInvalidArgument, "tuning.kernel", "disagrees with tuning.disable_intra_wg_overlap");
+  expect_error(ErrorCode::kInvalidArgument, "tuning.kernel", "the tuning switches ask for not an ablation kernel");
   p.tuning.disable_intra_wg_overlap = true;
   EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_no_overlap");
   p.tuning.disable_intra_wg_overlap = false;
+  p.tuning.kernel = "fwd_sm90_bf16_hd128_no_ws";
+  expect_error(ErrorCode::kInvalidArgument, "tuning.kernel", "is the no-warp-specialization ablation kernel");
+  p.tuning.disable_warp_specialization = true;
+  EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_no_ws");
+  p.tuning.disable_warp_specialization = false;
   p.tuning.kernel = "fwd_sm90_bf16_hd129";
   expect_error(ErrorCode::kInvalidArgument, "tuning.kernel", "no compiled forward kernel is named 'fwd_sm90_bf16_hd129'");
   p.tuning.kernel = "fwd_sm90_fp16_hd128";  // compiled with fp16, but q is bf16
@@ -468,6 +473,14 @@ TEST_F(FwdFixture, RunRejectsForeignPlanAndBadWorkspace) {
 }
 
 TEST_F(FwdFixture, AblationKernelSelection) {
+  p.tuning.disable_warp_specialization = true;
+  try {
+    const Plan plan = plan_fwd(p, fake_hopper());
+    EXPECT_NE(plan.kernel.find("no_ws"), std::string::npos) << plan.kernel;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();  // build without bf16 d128
+  }
+  p.tuning.disable_warp_specialization = false;
   p.tuning.disable_intra_wg_overlap = true;
   try {
     const Plan plan = plan_fwd(p, fake_hopper());
@@ -477,6 +490,11 @@ TEST_F(FwdFixture, AblationKernelSelection) {
   }
   for (TensorView* t : {&p.q, &p.k, &p.v, &p.out}) t->dtype = DType::kFloat16;
   expect_error(ErrorCode::kNotSupported, "tuning.disable_intra_wg_overlap", "bf16 head dim 128 only");
+  // The two kernel switches name two different kernels; together they name none.
+  p.tuning.disable_warp_specialization = true;
+  expect_error(ErrorCode::kNotSupported, "tuning.disable_warp_specialization", "together with tuning.disable_intra_wg_overlap");
+  p.tuning.disable_intra_wg_overlap = false;
+  expect_error(ErrorCode::kNotSupported, "tuning.disable_warp_specialization", "bf16 head dim 128 only");
 }
 
 TEST_F(FwdFixture, DescaleOnlyForFp8) {
@@ -518,6 +536,9 @@ TEST_F(FwdFixture, Fp8HeadDimsAndAblation) {
   for (TensorView* t : {&p.q, &p.k, &p.v}) t->dtype = DType::kFloat8E4M3;
   p.tuning.disable_intra_wg_overlap = true;
   expect_error(ErrorCode::kNotSupported, "tuning.disable_intra_wg_overlap", "bf16 head dim 128 only");
+  p.tuning.disable_intra_wg_overlap = false;
+  p.tuning.disable_warp_specialization = true;
+  expect_error(ErrorCode::kNotSupported, "tuning.disable_warp_specialization", "bf16 head dim 128 only");
 }
 
 TEST_F(FwdFixture, VarlenArguments) {

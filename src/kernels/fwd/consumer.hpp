@@ -10,6 +10,9 @@
 // Pingpong: with two or more consumer warpgroups, each warpgroup issues its GEMMs only when it
 // holds the token (named barrier), and hands it on right after issuing, so one warpgroup's
 // softmax overlaps the other's GEMMs.
+// Without warp specialization (the Table 2 ablation, T::kWarpSpecialized false) thread 0 also
+// issues the loads at the points marked `loader.` (inline_loader.hpp), and tiles come in a fixed
+// stride instead of from the producer's tile ring.
 #pragma once
 
 #include <cute/tensor.hpp>
@@ -17,6 +20,7 @@
 #include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/epilogue.hpp"
 #include "kernels/fwd/fp8_scales.hpp"
+#include "kernels/fwd/inline_loader.hpp"
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
@@ -82,6 +86,7 @@ struct Consumer {
   PipeState<T::kQStages> q_pipe;
   Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
   Timeline timeline;                  // experiment probe (timeline.hpp); empty unless enabled
+  std::conditional_t<T::kWarpSpecialized, NoInlineLoader, InlineLoader<T>> loader;  // see the header
 
   // Softcap and mask, in place: the scores as the softmax sees them.
   template <class TensorS, class TensorC>
@@ -385,7 +390,11 @@ struct Consumer {
 
     pingpong.start_tile_stream();
     TileRingState ring;
-    for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {
+    auto next_tile = [&](int tile) {
+      if constexpr (T::kWarpSpecialized) return receive_tile(smem.tiles, ring);
+      else return tile < 0 ? int(blockIdx.x) : tile + int(gridDim.x);
+    };
+    for (int tile = next_tile(-1); tile < sched.num_tiles; tile = next_tile(tile)) {
       timeline.next_tile();
       timeline.mark(kTileReceived);
       const TileCoord c = sched.decode(tile);
@@ -394,6 +403,9 @@ struct Consumer {
       const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
       int n_begin, n_end;
       mask.block_range(c.m_block, n_begin, n_end);
+      if constexpr (!T::kWarpSpecialized) {
+        if (n_end > n_begin) loader.begin_tile(p, smem, tid == 0, c, si, n_begin, n_end);
+      }
       if (T::kSkipIdleWarpgroups && c.m_block * T::kBlockM + pingpong.wg * 64 >= si.seqlen_q) {
         if (n_end > n_begin) {
           wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
@@ -521,6 +533,7 @@ struct Consumer {
         scores_to_probs(tSrS, tScS, true, mask, c, si, n_end - 1, row_scales(k_scale), softmax, o_scale, lost);
         convert_p(tSrS, tOrP);
       }
+      if constexpr (!T::kWarpSpecialized) loader.refill(p, smem, tid == 0, n_end - 1 - T::kStages, n_end);  // the first K stage is free
       bool softmax_moved = false;  // the first block's P V adds to a zero O
       // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
       // Q K^T of block n runs: the multiply leaves the softmax window between the GEMMs.
@@ -540,6 +553,9 @@ struct Consumer {
         warpgroup_wait<1>();  // S of block n is ready; P V of block n+1 still runs
         warpgroup_fence_operand(tSrS_next);
         release_k();
+        // Without warp specialization: K_n's stage is free, so the load into it goes out now rather
+        // than after the softmax (+4..7% for that kernel, H100, perf-log session 44).
+        if constexpr (!T::kWarpSpecialized) loader.refill(p, smem, tid == 0, n - T::kStages, n_end);
         if constexpr (T::kPvWaitBeforeSoftmax) {
           warpgroup_wait<0>();
           warpgroup_fence_operand(tOrO);
@@ -559,6 +575,8 @@ struct Consumer {
         v_ratio = v_units / v_next;
         v_units = v_next;
         convert_p(tSrS_next, tOrP);
+        // This warpgroup freed V_{n+1}'s stage in this iteration (and K_n's, refilled above).
+        if constexpr (!T::kWarpSpecialized) loader.refill(p, smem, tid == 0, n - T::kStages, n + 1 - T::kStages);
       }
       release_q();  // every Q K^T of this tile has completed
       pingpong.acquire();

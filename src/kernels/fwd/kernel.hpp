@@ -1,5 +1,5 @@
 // The forward kernel: one CTA per SM (persistent), warpgroup 0 produces, warpgroups 1..
-// consume. FP16/BF16 and FP8 share it; the FP8 producer also transposes V (traits_fp8.hpp).
+// consume (without warp specialization, the Table 2 ablation: every warpgroup consumes). FP16/BF16 and FP8 share it; the FP8 producer also transposes V (traits_fp8.hpp).
 // See docs/design/fwd.md (and fwd-fp8.md) for the schedule and the meaning of each barrier.
 #pragma once
 
@@ -65,7 +65,12 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   const TileScheduler sched{p.num_m_blocks,  p.nheads,       p.num_tiles,
                             p.heads_per_l2_section, p.longest_first, p.tile_counter,
                             p.tile_divisors, clustered};
-  if (warpgroup == 0) {
+  if constexpr (!T::kWarpSpecialized) {
+    // The Table 2 ablation: every warpgroup consumes; the loads come from consumer thread 0
+    // (inline_loader.hpp). 256 threads keep up to 255 registers each without setmaxnreg.
+    Consumer<T> consumer{p, smem, int(threadIdx.x), {false, warpgroup}};
+    consumer.run(sched);
+  } else if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
     if constexpr (T::kFp8) {
       if (warp == 0) {

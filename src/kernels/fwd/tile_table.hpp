@@ -122,4 +122,13 @@ template <class Element, int kHeadDim, bool kIntraWgOverlap = true, FwdKernelUse
 using DefaultFwdTraits = FwdTraits<Element, kHeadDim, Row::M, Row::N, Row::stages, kIntraWgOverlap && Row::overlap,
                                    kUse == FwdKernelUse::kShortKeys>;
 
+// The Table 2 ablation without warp specialization (FwdTraits::kWarpSpecialized): intra-warpgroup
+// overlap, its loads issued by a consumer thread. The 128 x 128 tile, not d128's 128 x 176: with
+// 176 keys the kernel spilled 60 B at 255 registers (no setmaxnreg pool to draw from). Three ring
+// stages (one Q buffer) measured 0.98-0.99 of two (H100, perf-log session 44). The warp-specialized
+// kernel with this tile is `fwd_sm90_bf16_hd128_masked` (the Table 2 variant `ws-128-key-tile`).
+template <class Element, int kHeadDim, class Row = NarrowTileShape>
+using NoWarpSpecializationFwdTraits =
+    FwdTraits<Element, kHeadDim, Row::M, Row::N, Row::stages, Row::overlap, false, /*kWarpSpecialized=*/false>;
+
 }  // namespace hopattn::kernels::fwd

@@ -56,7 +56,7 @@ inline constexpr bool kHalfKvLoadsExperiment = false;
 #endif
 
 template <class Element_, int kHeadDim_, int kBlockM_, int kBlockN_, int kStages_,
-          bool kIntraWgOverlap_ = true, bool kStagedEpilogue_ = false>
+          bool kIntraWgOverlap_ = true, bool kStagedEpilogue_ = false, bool kWarpSpecialized_ = true>
 struct FwdTraits {
   using Element = Element_;
   static constexpr bool kFp8 = false;
@@ -65,6 +65,11 @@ struct FwdTraits {
   static constexpr int kBlockN = kBlockN_;  // keys per K/V block
   static constexpr int kStages = kStages_;  // depth of the K and V shared-memory rings
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
+  // false: the Table 2 ablation without warp specialization (inline_loader.hpp): no producer
+  // warpgroup; one consumer thread issues the TMA loads between its own GEMMs, tiles are taken in
+  // a fixed stride, O leaves from registers, and there is no pingpong token and no cluster.
+  static constexpr bool kWarpSpecialized = kWarpSpecialized_;
+  static_assert(kWarpSpecialized_ || kIntraWgOverlap_, "the ablation without warp specialization keeps the overlap");
   // Keep the softmax of block n above the wait for P V of block n+1, so that it runs under the
   // warpgroup's own P V (consumer.hpp, keep_above_wgmma_wait); left alone, ptxas moves the wait
   // up. Measured per kernel (perf-log, sessions 11 and 12): +1..1.4% for d128's short-key kernel
@@ -93,7 +98,7 @@ struct FwdTraits {
   static constexpr bool kRecomputeAfterPvWait = kHeadDim_ == 192;
   // The consumer warpgroups pass the GEMM token (pingpong, Consumer's Pingpong); the run-time
   // ablation switch (FwdTuning::disable_pingpong) can only turn it off.
-  static constexpr bool kPingpong = HOPATTN_EXP_PINGPONG != 0;
+  static constexpr bool kPingpong = HOPATTN_EXP_PINGPONG != 0 && kWarpSpecialized_;
   // Rebuild Q's WGMMA descriptor for every key block (Consumer::run, q_at) instead of holding
   // one per tile: the d64 kernel with three warpgroups at 160 registers spilled it (12 B, one
   // reload per block) with max-free blocks, and spills nothing this way. Only there, so that the
@@ -113,7 +118,7 @@ struct FwdTraits {
   // d64 kernel with three (160 registers) spilled 4 B with it.
   static constexpr bool kRelativeMaskBounds = kNumConsumerWgs == 2;
   static constexpr int kNumConsumerThreads = kNumConsumerWgs * 128;
-  static constexpr int kNumProducerThreads = 128;  // one elected thread works
+  static constexpr int kNumProducerThreads = kWarpSpecialized_ ? 128 : 0;  // one elected thread works
   static constexpr int kNumTransposeThreads = 0;   // FP8 only (traits_fp8.hpp)
   static constexpr int kNumThreads = kNumConsumerThreads + kNumProducerThreads;
   // setmaxnreg budgets: 64K registers / SM, one CTA per SM. 2 consumers: 24 + 2 * 240 = 504;
@@ -123,7 +128,8 @@ struct FwdTraits {
   static_assert(kNumConsumerWgs == 2 || kNumConsumerWgs == 3, "2 or 3 consumer warpgroups");
   // setmaxnreg moves registers within the pool the launch allocated (65536 / threads, rounded
   // down to 8, per thread): a larger sum would make the consumers' increase wait forever.
-  static_assert(kProducerRegs + kNumConsumerWgs * kConsumerRegs <= 65536 / kNumThreads / 8 * 8 * (kNumThreads / 128),
+  static_assert(!kWarpSpecialized_ ||
+                    kProducerRegs + kNumConsumerWgs * kConsumerRegs <= 65536 / kNumThreads / 8 * 8 * (kNumThreads / 128),
                 "setmaxnreg budgets exceed the launch's register pool");
 
   using TileQ = Shape<Int<kBlockM>, Int<kHeadDim>>;
@@ -198,7 +204,7 @@ struct FwdTraits {
   // block and multicasts it to both, so the two query blocks of a pair read their keys from L2
   // once. -DHOPATTN_EXP_FWD_CLUSTER=0 compiles their code out (the barriers stay in
   // SharedStorage, unused); the half-loads timing experiment (producer.hpp) runs without them.
-  static constexpr bool kClusterKV = HOPATTN_EXP_FWD_CLUSTER != 0 && !kHalfKvLoadsExperiment;
+  static constexpr bool kClusterKV = HOPATTN_EXP_FWD_CLUSTER != 0 && !kHalfKvLoadsExperiment && kWarpSpecialized_;
   using TmaKVMulticast = decltype(make_tma_copy(SM90_TMA_LOAD_MULTICAST{}, GmemTensor{},
                                                 take<0, 2>(SmemLayoutK{}), TileKV{}, _2{}));
 
@@ -223,7 +229,7 @@ struct FwdTraits {
   static constexpr int kOutputInVRingMode =
       HOPATTN_EXP_O_IN_V_RING >= 0 ? HOPATTN_EXP_O_IN_V_RING : (kIntraWgOverlap_ ? 2 : 0);
   static constexpr bool kOutputInVRing =
-      kOutputInVRingMode != 0 && !kStagedEpilogue_ && kQStages == 1 && kNumConsumerWgs == 2;
+      kOutputInVRingMode != 0 && !kStagedEpilogue_ && kQStages == 1 && kNumConsumerWgs == 2 && kWarpSpecialized_;
   static constexpr bool kOutputInVRingSplit = kOutputInVRing && kOutputInVRingMode == 2;
   using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_ || kOutputInVRing, kOutputInVRing>;
   static_assert(!kOutputInVRing || Output::kBytes <= kSmemKVBytes / 2, "the staged O does not fit in the V ring");

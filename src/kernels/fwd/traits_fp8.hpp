@@ -35,6 +35,7 @@ struct FwdFp8Traits {
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kStages = kStages_;  // depth of the K, V-staging and V^T rings
   static constexpr bool kIntraWgOverlap = kIntraWgOverlap_;
+  static constexpr bool kWarpSpecialized = true;  // traits.hpp (the ablation is 16-bit only)
   // Measured 3-9% slower (traits.hpp); without the pingpong token 0.98-1.00 (session 27).
   static constexpr bool kSoftmaxUnderOwnPv = false;
   static constexpr bool kNarrowFirstBlock = false;  // traits.hpp (16-bit only: P's e4m3 keys are permuted)

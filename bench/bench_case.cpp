@@ -121,8 +121,13 @@ const std::vector<FwdVariant>& fwd_variants() {
        [](hopattn::FwdParams& p) { p.tuning.disable_intra_wg_overlap = true; }},
       {"no-warp-specialization", "no producer warpgroup: a consumer thread issues the loads (no pingpong)",
        [](hopattn::FwdParams& p) { p.tuning.disable_warp_specialization = true; }},
-      {"ws-128-key-tile", "the warp-specialized kernel with no-warp-specialization's 128 x 128 tile",
-       [](hopattn::FwdParams& p) { p.tuning.kernel = "fwd_sm90_bf16_hd128_masked"; }},
+      {"ws-128-key-tile", "the warp-specialized kernel with no-warp-specialization's 128 x 128 tile, no cluster",
+       [](hopattn::FwdParams& p) {
+         p.tuning.kernel = "fwd_sm90_bf16_hd128_masked";
+         p.tuning.disable_cluster = true;
+       }},
+      {"no-cluster", "one CTA per tile instead of 2-CTA clusters with K/V multicast",
+       [](hopattn::FwdParams& p) { p.tuning.disable_cluster = true; }},
       {"no-pingpong-no-overlap", "neither technique",
        [](hopattn::FwdParams& p) {
          p.tuning.disable_pingpong = true;

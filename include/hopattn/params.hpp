@@ -55,6 +55,7 @@ struct FwdTuning {
   // token (bf16, d=128 only; not together with disable_intra_wg_overlap).
   bool disable_warp_specialization = false;
   bool disable_lpt = false;               // causal/window tiles in plain order, not longest-first
+  bool disable_cluster = false;           // no 2-CTA clusters with K/V multicast (one CTA per tile)
 
   // Experiment knobs, so that one build can compare choices side by side in one process (no
   // thermal or build differences between the variants): the defaults are the measured choices.

@@ -69,6 +69,7 @@ kernels::FwdArgs make_fwd_args(const FwdParams& p, const FwdProblem& prob, const
   fill_problem_args(a, p, prob, dev);
   a.disable_pingpong = p.tuning.disable_pingpong;
   a.disable_lpt = p.tuning.disable_lpt;
+  a.disable_cluster = p.tuning.disable_cluster;
   a.l2_section_pairs = p.tuning.l2_section_pairs;
   if (prob.dtype == DType::kFloat8E4M3) {
     const Fp8BlockDescale& bd = p.block_descale;
@@ -112,7 +113,7 @@ const char* ablation_name(kernels::FwdAblation a) {
   switch (a) {
     case kernels::FwdAblation::kNoIntraWgOverlap: return "the no-overlap ablation kernel";
     case kernels::FwdAblation::kNoWarpSpecialization: return "the no-warp-specialization ablation kernel";
-    default: return "not an ablation kernel";
+    default: return "a regular (non-ablation) kernel";
   }
 }
 
@@ -136,7 +137,7 @@ const kernels::FwdKernel& forced_fwd_kernel(const FwdProblem& prob, const FwdTun
                                       dtype_name(prob.dtype) + " head dim " + std::to_string(prob.head_dim));
   if (k->ablation != fwd_ablation(tuning))
     detail::fail("tuning.kernel", "'" + name + "' is " + ablation_name(k->ablation) +
-                                      "; the tuning switches ask for " + ablation_name(fwd_ablation(tuning)));
+                                      ", but the tuning switches select " + ablation_name(fwd_ablation(tuning)));
   return *k;
 }
 

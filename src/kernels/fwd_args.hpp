@@ -55,6 +55,7 @@ struct FwdArgs : ProblemArgs {
   // overlap selects another kernel in the registry; it is not a launch argument.)
   bool disable_pingpong = false;
   bool disable_lpt = false;
+  bool disable_cluster = false;  // FwdTuning::disable_cluster
   int l2_section_pairs = 0;  // experiments: > 0 overrides the L2 section size (fwd/tile_scheduler.hpp)
 };
 

@@ -28,6 +28,7 @@ struct AttnCase {
   bool no_overlap = false;              // forward only: the Table 2 ablation kernel (bf16 d128)
   bool no_pingpong = false;             // forward only: FwdTuning::disable_pingpong (Table 2)
   bool no_ws = false;                   // forward only: FwdTuning::disable_warp_specialization (Table 2)
+  bool no_cluster = false;              // forward only: FwdTuning::disable_cluster
   std::string force_kernel;             // forward only: FwdTuning::kernel (empty: the dispatcher's)
   int l2_section_pairs = 0;             // Fwd/BwdTuning::l2_section_pairs (tiles per L2 section)
   int lag_dq_min_steps = 0;             // backward only: BwdTuning::lag_dq_min_steps
@@ -55,6 +56,7 @@ struct AttnCase {
     if (no_overlap) os << "_nooverlap";
     if (no_pingpong) os << "_nopingpong";
     if (no_ws) os << "_nows";
+    if (no_cluster) os << "_nocluster";
     if (!force_kernel.empty()) os << "_run_" << force_kernel;
     if (l2_section_pairs > 0) os << "_l2sec" << l2_section_pairs;
     if (lag_dq_min_steps > 0) os << "_lag" << lag_dq_min_steps;

@@ -180,7 +180,7 @@ TEST_F(FwdFixture, ForcedKernel) {
   p.tuning.kernel = "fwd_sm90_bf16_hd128_masked";
   EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_masked");
   p.tuning.kernel = "fwd_sm90_bf16_hd128_no_overlap";
-  expect_error(ErrorCode::kInvalidArgument, "tuning.kernel", "the tuning switches ask for not an ablation kernel");
+  expect_error(ErrorCode::kInvalidArgument, "tuning.kernel", "but the tuning switches select a regular (non-ablation) kernel");
   p.tuning.disable_intra_wg_overlap = true;
   EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_no_overlap");
   p.tuning.disable_intra_wg_overlap = false;
@@ -473,21 +473,23 @@ TEST_F(FwdFixture, RunRejectsForeignPlanAndBadWorkspace) {
 }
 
 TEST_F(FwdFixture, AblationKernelSelection) {
-  p.tuning.disable_warp_specialization = true;
+  // manifest.cmake compiles both ablation kernels wherever it compiles bf16 head dim 128 (the
+  // fixture's problem): then each switch must select its kernel.
+  bool bf16_d128 = true;
   try {
-    const Plan plan = plan_fwd(p, fake_hopper());
-    EXPECT_NE(plan.kernel.find("no_ws"), std::string::npos) << plan.kernel;
+    plan_fwd(p, fake_hopper());
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();  // build without bf16 d128
+    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();
+    bf16_d128 = false;
   }
-  p.tuning.disable_warp_specialization = false;
+  if (bf16_d128) {
+    p.tuning.disable_warp_specialization = true;
+    EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_no_ws");
+    p.tuning.disable_warp_specialization = false;
+    p.tuning.disable_intra_wg_overlap = true;
+    EXPECT_EQ(plan_fwd(p, fake_hopper()).kernel, "fwd_sm90_bf16_hd128_no_overlap");
+  }
   p.tuning.disable_intra_wg_overlap = true;
-  try {
-    const Plan plan = plan_fwd(p, fake_hopper());
-    EXPECT_NE(plan.kernel.find("no_overlap"), std::string::npos) << plan.kernel;
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();  // build without bf16 d128
-  }
   for (TensorView* t : {&p.q, &p.k, &p.v, &p.out}) t->dtype = DType::kFloat16;
   expect_error(ErrorCode::kNotSupported, "tuning.disable_intra_wg_overlap", "bf16 head dim 128 only");
   // The two kernel switches name two different kernels; together they name none.

@@ -58,6 +58,7 @@ TEST_P(FwdTest, MatchesFloat64Reference) {
   p.tuning.disable_intra_wg_overlap = c.no_overlap;
   p.tuning.disable_pingpong = c.no_pingpong;
   p.tuning.disable_warp_specialization = c.no_ws;
+  p.tuning.disable_cluster = c.no_cluster;
   if (!c.force_kernel.empty()) p.tuning.kernel = c.force_kernel.c_str();
   p.tuning.l2_section_pairs = c.l2_section_pairs;
   VarlenArrays varlen_arrays;
@@ -175,7 +176,7 @@ std::vector<FwdCase> coverage() {
   add([](FwdCase& c) { c.no_overlap = true; c.seqlen_q = 300; c.seqlen_k = 517; c.causal = true; });
   add([](FwdCase& c) { c.no_overlap = true; c.seqlen_q = 190; c.seqlen_k = 2200; c.window_left = 200; c.window_right = 10; });
   // The ablation kernel without warp specialization (bf16 d128; a consumer thread issues the
-  // loads, tiles in a fixed stride): dense with several tiles per CTA and 48 key blocks per tile,
+  // loads, tiles in a fixed stride): dense with several tiles per CTA and 66 key blocks per tile,
   // ragged causal whose last tile's second warpgroup idles, GQA with a window, varlen with an
   // empty sequence, and keys scaled up where the walk reaches them last.
   add([](FwdCase& c) { c.no_ws = true; c.seqlen_q = 256; c.seqlen_k = 8448; c.nheads = 2; c.nheads_k = 2; c.max_ctas = 3; });
@@ -183,6 +184,8 @@ std::vector<FwdCase> coverage() {
   add([](FwdCase& c) { c.no_ws = true; c.seqlen_q = 190; c.seqlen_k = 2200; c.nheads = 8; c.nheads_k = 2; c.window_left = 200; c.window_right = 10; });
   add([](FwdCase& c) { c.no_ws = true; c.varlen_q = {129, 300, 17, 250}; c.varlen_k = {400, 300, 260, 0}; c.causal = true; c.max_ctas = 2; });
   add([](FwdCase& c) { c.no_ws = true; c.seqlen_q = 200; c.seqlen_k = 600; c.gain_keys = 200; c.key_gain = 64.f; });
+  // FwdTuning::disable_cluster on a problem that would run in 2-CTA clusters.
+  add([](FwdCase& c) { c.no_cluster = true; c.head_dim = 256; c.seqlen_q = 512; c.seqlen_k = 700; c.max_ctas = 3; });
   // Without the pingpong token (Table 2's other switch): the two- and three-warpgroup kernels.
   add([](FwdCase& c) { c.no_pingpong = true; c.seqlen_q = 300; c.seqlen_k = 517; c.causal = true; });
   add([](FwdCase& c) { c.no_pingpong = true; c.head_dim = 64; c.seqlen_q = 1000; c.seqlen_k = 1100; c.gain_keys = 200; c.key_gain = 64.f; });

@@ -206,6 +206,7 @@ TEST_P(Fp8FwdTest, WithinE4m3RoundingBound) {
   p.mask = {c.causal, c.window_left, c.window_right};
   p.softcap = c.softcap;
   if (!c.force_kernel.empty()) p.tuning.kernel = c.force_kernel.c_str();
+  p.tuning.disable_cluster = c.no_cluster;
   p.q_descale = static_cast<const float*>(qd.get());
   p.k_descale = static_cast<const float*>(kd.get());
   p.v_descale = static_cast<const float*>(vd.get());
@@ -340,6 +341,7 @@ std::vector<Fp8Case> coverage() {
   // head dims do, and were run clustered when session 44 measured them.
   add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 1024; c.a.seqlen_k = 1100; c.a.max_ctas = 4; c.q_block_rows = 64; c.kv_block_rows = 128; });
   add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 512; c.a.seqlen_k = 129; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 2; c.out_fp16 = true; });
+  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 512; c.a.seqlen_k = 300; c.a.max_ctas = 3; c.a.no_cluster = true; });
   add([&](Fp8Case& c) { c.a.head_dim = 128; c.a.seqlen_q = 512; c.a.seqlen_k = 1100; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 6; c.out_fp16 = true; });
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.seqlen_q = 768; c.a.seqlen_k = 700; c.a.max_ctas = 2; c.kv_block_rows = 256; });
   // d128's register-store kernel serves every problem past 4096 keys: one there, and forced onto

@@ -35,6 +35,13 @@ CUTLASS_DEVICE int load_acquire_gpu(const int* p) {
 CUTLASS_DEVICE void named_barrier_sync(int id, int num_threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }
+// The same without `.aligned` (bar.sync is barrier.sync.aligned, which requires every thread to
+// reach the barrier through the same instruction): for a barrier that warps reach at different
+// code locations, e.g. a busy and an idle warpgroup (compute-sanitizer synccheck reports the
+// aligned form there).
+CUTLASS_DEVICE void named_barrier_sync_unaligned(int id, int num_threads) {
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
+}
 CUTLASS_DEVICE void named_barrier_arrive(int id, int num_threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(num_threads) : "memory");
 }

@@ -530,10 +530,11 @@ struct Consumer {
         warpgroup_fence_operand(tSrS);  // no read of S may move above the wait
         timeline.mark(kFirstScoresDone);
         release_k();
+        // Without warp specialization: the first block's K stage is free (T::kWarpSpecialized).
+        if constexpr (!T::kWarpSpecialized) loader.refill(p, smem, tid == 0, n_end - 1 - T::kStages, n_end);
         scores_to_probs(tSrS, tScS, true, mask, c, si, n_end - 1, row_scales(k_scale), softmax, o_scale, lost);
         convert_p(tSrS, tOrP);
       }
-      if constexpr (!T::kWarpSpecialized) loader.refill(p, smem, tid == 0, n_end - 1 - T::kStages, n_end);  // the first K stage is free
       bool softmax_moved = false;  // the first block's P V adds to a zero O
       // O is rescaled for block n+1's softmax only right before P V of block n+1 is issued, while
       // Q K^T of block n runs: the multiply leaves the softmax window between the GEMMs.

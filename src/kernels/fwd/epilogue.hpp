@@ -172,7 +172,7 @@ struct Epilogue {
                                                            const SeqInfo& si, int row0, int tid) {
     using namespace cute;
     const int wg = consumer_wg_uniform();
-    named_barrier_sync(kOutputRingBarrier, T::kNumConsumerThreads);
+    named_barrier_sync_unaligned(kOutputRingBarrier, T::kNumConsumerThreads);
     if (wg_box_by_tma(p, c, si, wg)) {
       const uint32_t buffer = cute::cast_smem_ptr_to_uint(smem.v.data()) + Output::Rows::stage_base(wg);
       stmatrix_output_rows<Output, Out>(tOrO, buffer, warpgroup_thread_fresh());
@@ -184,9 +184,10 @@ struct Epilogue {
   }
 
   // An idle warpgroup's part of the in-ring epilogue (Output::kInVRing): it writes nothing but
-  // passes the barrier and arrives, as the other warpgroup and the producer count on it.
+  // passes the barrier and arrives, as the other warpgroup and the producer count on it. The two
+  // warpgroups reach the barrier at two code locations, hence its unaligned form.
   __device__ __forceinline__ static void skip_v_ring_output(typename T::SharedStorage& smem) {
-    named_barrier_sync(kOutputRingBarrier, T::kNumConsumerThreads);
+    named_barrier_sync_unaligned(kOutputRingBarrier, T::kNumConsumerThreads);
     release(smem.o_staged);
   }
 

@@ -8,7 +8,7 @@
 // Per tile (the consumers' order: key blocks last to first):
 //   begin_tile:        Q, then K and V of the first kStages blocks (waits for the previous
 //                      tile's stages to be freed);
-//   after the first S: K of one more block (the first block's K stage is free);
+//   first block, S read: K of one more block (the first block's K stage is free);
 //   block n, S_n read: K of block n - kStages (K_n's stage; before the softmax, +4..7% against
 //                      after it: perf-log session 44);
 //   end of block n:    V of block n + 1 - kStages (V_{n+1}'s stage, freed after P V's wait).
@@ -42,8 +42,8 @@ struct InlineLoader {
 
   // A tile with key blocks [nb, ne) starts: its Q and the first kStages blocks. Only `leader`
   // (consumer thread 0) issues; every thread keeps the state.
-  __device__ void begin_tile(const Params& p, Smem& smem, bool leader, const TileCoord& c, const SeqInfo& si,
-                             int nb, int ne) {
+  __device__ __forceinline__ void begin_tile(const Params& p, Smem& smem, bool leader, const TileCoord& c,
+                                             const SeqInfo& si, int nb, int ne) {
     kv_head = c.head / p.head_group;
     batch = p.cu_seqlens_q != nullptr ? 0 : c.batch;
     k_offset = si.k_offset;
@@ -56,14 +56,14 @@ struct InlineLoader {
 
   // Loads K of the blocks down to k_lowest and V down to v_lowest (within the tile), K first:
   // the consumers need the next K before the next V.
-  __device__ void refill(const Params& p, Smem& smem, bool leader, int k_lowest, int v_lowest) {
+  __device__ __forceinline__ void refill(const Params& p, Smem& smem, bool leader, int k_lowest, int v_lowest) {
     if (!leader) return;
     for (; k_next >= max(k_lowest, n_begin); --k_next) load_kv(p, smem, true, k_next);
     for (; v_next >= max(v_lowest, n_begin); --v_next) load_kv(p, smem, false, v_next);
   }
 
  private:
-  __device__ void load_q(const Params& p, Smem& smem, int head, int m_block, int q_offset) {
+  __device__ __forceinline__ void load_q(const Params& p, Smem& smem, int head, int m_block, int q_offset) {
     using namespace cute;
     Tensor mQ = p.tma_q.get_tma_tensor(p.shape_q);
     Tensor sQ = make_tensor(make_smem_ptr(smem.q.data()), typename T::SmemLayoutQ{});
@@ -77,7 +77,7 @@ struct InlineLoader {
   }
 
   // K or V of key block n into the next stage of its ring.
-  __device__ void load_kv(const Params& p, Smem& smem, bool is_k, int n) {
+  __device__ __forceinline__ void load_kv(const Params& p, Smem& smem, bool is_k, int n) {
     using namespace cute;
     const auto& tma = is_k ? p.tma_k : p.tma_v;
     auto& pipe = is_k ? k_pipe : v_pipe;

@@ -127,7 +127,7 @@ void set_output_store(FwdKernelParams<T>& p, const FwdArgs& a, int q_rows, bool 
 // keep both CTAs' load sequences equal.
 template <class T>
 bool use_cluster_kv(const FwdArgs& a, int64_t num_m_blocks) {
-  return T::kClusterKV && !a.varlen() && a.seqused_q == nullptr && a.seqused_k == nullptr && !a.has_window() &&
+  return T::kClusterKV && !a.disable_cluster && !a.varlen() && a.seqused_q == nullptr && a.seqused_k == nullptr && !a.has_window() &&
          num_m_blocks % 2 == 0 && a.seqlen_k > 0 && a.num_sms >= 2;
 }
 

@@ -37,6 +37,8 @@ static __device__ int timeline_tiles[4];  // tiles each role recorded
 struct Timeline {
   bool on;
   int role, tile = -1;  // role: 0 producer, 1 + w consumer warpgroup w
+  // (The no-warp-specialization ablation kernel has no producer: there its warpgroup 1 records as
+  // role 1 and warpgroup 0 not at all.)
   // A consumer's: thread 0 of each consumer warpgroup records.
   __device__ Timeline()
       : on(threadIdx.x >= 128 && threadIdx.x % 128 == 0 && int(blockIdx.x) == HOPATTN_EXP_TIMELINE),

@@ -156,6 +156,7 @@ struct FwdTraits {
       HOPATTN_EXP_NARROW_FIRST_BLOCK != 0 && kNarrowKeys < kBlockN_ && kIntraWgOverlap_ &&
       (kHeadDim_ == 64 || kHeadDim_ == 192 || HOPATTN_EXP_NARROW_FIRST_BLOCK == 3);
   static constexpr bool kNarrowFirstPv = kNarrowFirstBlock && HOPATTN_EXP_NARROW_FIRST_BLOCK >= 2;
+  static_assert(kWarpSpecialized_ || !kNarrowFirstBlock, "the inline loader refills only after a full first block");
   // A warpgroup whose rows see no key of that block at all (d64's 192-row tiles: warpgroups 0 and 1
   // of every other causal tile; d192 at times) skips it: no S GEMM, no softmax, a P V of one k16
   // slice of zeros (Consumer::empty_first_block). Measured against narrow blocks alone (H100,

@@ -28,6 +28,7 @@ struct Plan {
   int32_t kernel_id = -1;
   int32_t num_splits = 1;
   int32_t num_ctas = 0;
+  int32_t ctas_per_cluster = 1;  // forward: 2 where the kernel runs in 2-CTA clusters with K/V multicast
   DeviceInfo device;
 };
 

@@ -247,7 +247,10 @@ const Kernel& planned_kernel(const Plan& plan, const Kernel* kernels, const char
 Plan plan_fwd(const FwdParams& p, const DeviceInfo& dev) {
   const FwdProblem prob = detail::validate_fwd(p, dev);
   const kernels::FwdKernel& k = choose_fwd_kernel(prob, p);
-  return make_plan(dev, k, kernels::fwd_kernels(), k.workspace_bytes(make_fwd_args(p, prob, dev)));
+  const kernels::FwdArgs args = make_fwd_args(p, prob, dev);
+  Plan plan = make_plan(dev, k, kernels::fwd_kernels(), k.workspace_bytes(args));
+  plan.ctas_per_cluster = k.ctas_per_cluster(args);
+  return plan;
 }
 
 void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t workspace_bytes,

@@ -36,6 +36,7 @@ struct FwdKernel {
   FwdKernelUse use;
   int max_keys;  // kShortKeys, kMasked: the longest seqlen_k it takes; 0: no limit (kMasked) or unused
   size_t (*workspace_bytes)(const FwdArgs&);
+  int (*ctas_per_cluster)(const FwdArgs&);  // 2 where the launch uses 2-CTA clusters, else 1
   void (*launch)(const FwdArgs&, void* workspace, cudaStream_t);
 };
 

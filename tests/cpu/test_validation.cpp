@@ -472,6 +472,40 @@ TEST_F(FwdFixture, RunRejectsForeignPlanAndBadWorkspace) {
   }
 }
 
+// Plan::ctas_per_cluster: dense problems without a mask and with an even number of query blocks
+// run in 2-CTA clusters (16-bit kernels; FP8 at d256 only), everything else one CTA per tile.
+TEST_F(FwdFixture, ClusterLaunchInThePlan) {
+  if (!compiled(128)) GTEST_SKIP() << "bf16 head dim 128 not in this build";
+  auto ctas = [&](int64_t queries, int64_t keys, bool causal) {
+    kernel_for(128, queries, keys, causal);
+    return plan_fwd(p, fake_hopper()).ctas_per_cluster;
+  };
+  EXPECT_EQ(ctas(1024, 8192, false), 2);  // the 176-key kernel, 8 query blocks
+  EXPECT_EQ(ctas(1024, 1024, false), 2);  // the staged short-key kernel
+  EXPECT_EQ(ctas(384, 8192, false), 1);   // 3 query blocks
+  EXPECT_EQ(ctas(1024, 8192, true), 1);   // causal: the pair's blocks see different keys
+  kernel_for(128, 1024, 8192, false);
+  p.tuning.disable_cluster = true;
+  EXPECT_EQ(plan_fwd(p, fake_hopper()).ctas_per_cluster, 1);
+  p.tuning.disable_cluster = false;
+  p.tuning.disable_warp_specialization = true;
+  EXPECT_EQ(plan_fwd(p, fake_hopper()).ctas_per_cluster, 1);
+  p.tuning.disable_warp_specialization = false;
+  // FP8 (where compiled): d256 clusters, d128 does not.
+  for (int64_t d : {256, 128}) {
+    kernel_for(128, 1024, 8192, false);
+    p.q = arena.tensor(DType::kFloat8E4M3, {2, 1024, 8, d});
+    p.k = arena.tensor(DType::kFloat8E4M3, {2, 8192, 2, d});
+    p.v = arena.tensor(DType::kFloat8E4M3, {2, 8192, 2, d});
+    p.out = arena.tensor(DType::kBFloat16, {2, 1024, 8, d});
+    try {
+      EXPECT_EQ(plan_fwd(p, fake_hopper()).ctas_per_cluster, d == 256 ? 2 : 1) << "e4m3 d" << d;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();  // FP8 or this head dim not built
+    }
+  }
+}
+
 TEST_F(FwdFixture, AblationKernelSelection) {
   // manifest.cmake compiles both ablation kernels wherever it compiles bf16 head dim 128 (the
   // fixture's problem): then each switch must select its kernel.

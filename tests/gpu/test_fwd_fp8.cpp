@@ -42,6 +42,7 @@ struct Fp8Case {
   int q_block_rows = 0;   // 0: no block descales
   int kv_block_rows = 0;  // 0: no block descales
   bool out_fp16 = false;
+  int ctas_per_cluster = 0;  // > 0: Plan::ctas_per_cluster must be this (not part of the name)
   std::string name() const {
     std::string s = a.name();
     if (q_block_rows) s += "_qblk" + std::to_string(q_block_rows);
@@ -233,6 +234,7 @@ TEST_P(Fp8FwdTest, WithinE4m3RoundingBound) {
       GTEST_SKIP() << "forced kernel not in this build: " << e.what();
     FAIL() << e.what();
   }
+  if (fc.ctas_per_cluster > 0) EXPECT_EQ(plan.ctas_per_cluster, fc.ctas_per_cluster) << plan.kernel;
   DeviceBuffer ws(plan.workspace_bytes);
   auto run = [&] {
     dout.buf.poison();
@@ -339,10 +341,10 @@ std::vector<Fp8Case> coverage() {
   // an odd number of key blocks, block descales, the V^T-ring epilogue across the pair's tiles.
   // The d128 and d64 shapes (GQA, fp16 output, 192-row tiles) run without clusters, as these
   // head dims do, and were run clustered when session 44 measured them.
-  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 1024; c.a.seqlen_k = 1100; c.a.max_ctas = 4; c.q_block_rows = 64; c.kv_block_rows = 128; });
-  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 512; c.a.seqlen_k = 129; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 2; c.out_fp16 = true; });
-  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 512; c.a.seqlen_k = 300; c.a.max_ctas = 3; c.a.no_cluster = true; });
-  add([&](Fp8Case& c) { c.a.head_dim = 128; c.a.seqlen_q = 512; c.a.seqlen_k = 1100; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 6; c.out_fp16 = true; });
+  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 1024; c.a.seqlen_k = 1100; c.a.max_ctas = 4; c.q_block_rows = 64; c.kv_block_rows = 128; c.ctas_per_cluster = 2; });
+  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 512; c.a.seqlen_k = 129; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 2; c.out_fp16 = true; c.ctas_per_cluster = 2; });
+  add([&](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 512; c.a.seqlen_k = 300; c.a.max_ctas = 3; c.a.no_cluster = true; c.ctas_per_cluster = 1; });
+  add([&](Fp8Case& c) { c.a.head_dim = 128; c.a.seqlen_q = 512; c.a.seqlen_k = 1100; c.a.nheads = 8; c.a.nheads_k = 2; c.a.max_ctas = 6; c.out_fp16 = true; c.ctas_per_cluster = 1; });
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.seqlen_q = 768; c.a.seqlen_k = 700; c.a.max_ctas = 2; c.kv_block_rows = 256; });
   // d128's register-store kernel serves every problem past 4096 keys: one there, and forced onto
   // shorter ones with the options the coverage above now gives the staged kernel (varlen, score

@@ -41,6 +41,7 @@ void expect_captured_run_matches_eager(bool causal) {
     if (e.code() == ErrorCode::kNotSupported) GTEST_SKIP() << e.what();
     FAIL() << e.what();
   }
+  EXPECT_EQ(plan.ctas_per_cluster, causal ? 1 : 2) << plan.kernel;  // the launch this test is about
   DeviceBuffer ws(plan.workspace_bytes);
   cudaStream_t stream;
   HT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

@@ -255,6 +255,13 @@ void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
 #endif
 }
 
+// What make_params decides, for Plan::ctas_per_cluster.
+template <class T>
+int ctas_per_cluster(const FwdArgs& a) {
+  const int64_t num_m_blocks = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM;
+  return use_cluster_kv<T>(a, num_m_blocks) ? 2 : 1;
+}
+
 template <class T>
 size_t workspace_bytes(const FwdArgs&) {
   return 256;  // the tile counter of the dynamic scheduler (padded to an allocation granule)

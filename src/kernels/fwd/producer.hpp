@@ -9,6 +9,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/fwd/epilogue.hpp"
+#include "kernels/fwd/kv_multicast.hpp"
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
@@ -140,27 +141,9 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
 
     // (TMA view of global blocks, TMA view of shared stages) for K and V.
     if (T::kClusterKV && p.cluster_kv) {
-      // This CTA's half of each block, multicast to both CTAs of the cluster; each stage's full
-      // barrier still expects the whole block (half from the peer's load). With the V-ring
-      // epilogue the previous tile's O store has read a stage before the stage is declared free
-      // to the peer (the walk waits for the store before the load).
-      // The coordinate tensors mK / mV came from tma_k / tma_v; tma_k_mc / tma_v_mc describe the
-      // same tensors with the same layouts (launch.hpp), so their views partition them alike.
-      const uint32_t rank = uint32_t(TileScheduler::cluster_rank());
-      constexpr uint16_t kBothCtas = 0b11;
-      auto k_half = tma_partition(p.tma_k_mc, rank, Layout<_2>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-      auto v_half = tma_partition(p.tma_v_mc, rank, Layout<_2>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      walk_blocks(
-          [&](int n, int stage, uint32_t phase) {
-            exchange_stage_free(smem.k_peer_free[stage], phase, rank ^ 1u);
-            expect_bytes(smem.k_full[stage], T::kBytesKV);
-            copy(p.tma_k_mc.with(smem.k_full[stage], kBothCtas), get<0>(k_half)(_, n), get<1>(k_half)(_, stage));
-          },
-          [&](int n, int stage, uint32_t phase) {
-            exchange_stage_free(smem.v_peer_free[stage], phase, rank ^ 1u);
-            expect_bytes(smem.v_full[stage], T::kBytesKV);
-            copy(p.tma_v_mc.with(smem.v_full[stage], kBothCtas), get<0>(v_half)(_, n), get<1>(v_half)(_, stage));
-          });
+      // With the V-ring epilogue the previous tile's O store has read a stage before the stage is
+      // declared free to the peer (the walk waits for the store before the load).
+      walk_multicast_halves(p, smem, sK, gK, sV, gV, smem.v_full, walk_blocks);
     } else {
       auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));

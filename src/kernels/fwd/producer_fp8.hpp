@@ -33,6 +33,7 @@
 
 #include "kernels/fwd/epilogue.hpp"
 #include "kernels/fwd/fp8_scales.hpp"
+#include "kernels/fwd/kv_multicast.hpp"
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
@@ -106,24 +107,9 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
     };
 
     if (T::kClusterKV && p.cluster_kv) {
-      // Half of each block from each CTA, multicast to both (producer.hpp); a staging stage is
-      // refilled once both CTAs' transposers have read it, a K stage once both CTAs' consumers.
-      const uint32_t rank = uint32_t(TileScheduler::cluster_rank());
-      constexpr uint16_t kBothCtas = 0b11;
-      auto k_half = tma_partition(p.tma_k_mc, rank, Layout<_2>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-      auto v_half = tma_partition(p.tma_v_mc, rank, Layout<_2>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      walk_blocks(
-          [&](int n, int stage, uint32_t phase) {
-            exchange_stage_free(smem.k_peer_free[stage], phase, rank ^ 1u);
-            expect_bytes(smem.k_full[stage], T::kBytesKV);
-            copy(p.tma_k_mc.with(smem.k_full[stage], kBothCtas), get<0>(k_half)(_, n), get<1>(k_half)(_, stage));
-          },
-          [&](int n, int stage, uint32_t phase) {
-            exchange_stage_free(smem.v_peer_free[stage], phase, rank ^ 1u);
-            expect_bytes(smem.v_stage_full[stage], T::kBytesKV);
-            copy(p.tma_v_mc.with(smem.v_stage_full[stage], kBothCtas), get<0>(v_half)(_, n),
-                 get<1>(v_half)(_, stage));
-          });
+      // A staging stage is refilled once both CTAs' transposers have read it, a K stage once both
+      // CTAs' consumers (kv_multicast.hpp).
+      walk_multicast_halves(p, smem, sK, gK, sV, gV, smem.v_stage_full, walk_blocks);
     } else {
       auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));

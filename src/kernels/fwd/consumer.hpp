@@ -392,7 +392,7 @@ struct Consumer {
     TileRingState ring;
     auto next_tile = [&](int tile) {
       if constexpr (T::kWarpSpecialized) return receive_tile(smem.tiles, ring);
-      else return tile < 0 ? int(blockIdx.x) : tile + int(gridDim.x);
+      else return tile < 0 ? sched.first_tile() : sched.strided_next(tile);
     };
     for (int tile = next_tile(-1); tile < sched.num_tiles; tile = next_tile(tile)) {
       timeline.next_tile();

@@ -1,5 +1,6 @@
 // The forward kernel: one CTA per SM (persistent), warpgroup 0 produces, warpgroups 1..
-// consume (without warp specialization, the Table 2 ablation: every warpgroup consumes). FP16/BF16 and FP8 share it; the FP8 producer also transposes V (traits_fp8.hpp).
+// consume (without warp specialization, the Table 2 ablation: every warpgroup consumes).
+// FP16/BF16 and FP8 share it; the FP8 producer also transposes V (traits_fp8.hpp).
 // See docs/design/fwd.md (and fwd-fp8.md) for the schedule and the meaning of each barrier.
 #pragma once
 

@@ -127,8 +127,8 @@ void set_output_store(FwdKernelParams<T>& p, const FwdArgs& a, int q_rows, bool 
 // keep both CTAs' load sequences equal.
 template <class T>
 bool use_cluster_kv(const FwdArgs& a, int64_t num_m_blocks) {
-  return T::kClusterKV && !a.disable_cluster && !a.varlen() && a.seqused_q == nullptr && a.seqused_k == nullptr && !a.has_window() &&
-         num_m_blocks % 2 == 0 && a.seqlen_k > 0 && a.num_sms >= 2;
+  return T::kClusterKV && !a.disable_cluster && !a.varlen() && a.seqused_q == nullptr && a.seqused_k == nullptr &&
+         !a.has_window() && num_m_blocks % 2 == 0 && a.seqlen_k > 0 && a.num_sms >= 2;
 }
 
 template <class T>
@@ -238,9 +238,9 @@ void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
   FwdKernelParams<T> p = make_params<T>(a);
   if (p.num_tiles == 0) return;
   // The dynamic scheduler's tile counter; a memset node is as graph-capturable as the kernel.
-  // (Clusters walk a fixed stride and never read it.)
+  // (Clusters and the kernel without warp specialization walk a fixed stride and never read it.)
   p.tile_counter = static_cast<int*>(workspace);
-  if (!p.cluster_kv) HOPATTN_CUDA_CHECK(cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream));
+  if (!p.cluster_kv && T::kWarpSpecialized) HOPATTN_CUDA_CHECK(cudaMemsetAsync(p.tile_counter, 0, sizeof(int), stream));
   auto kernel = attention_fwd_kernel<T>;
   HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
   if (p.cluster_kv) {

@@ -9,7 +9,7 @@
 #include <cute/tensor.hpp>
 
 #include "kernels/fwd/epilogue.hpp"
-#include "kernels/fwd/kv_multicast.hpp"
+#include "kernels/fwd/kv_loads.hpp"
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
@@ -139,23 +139,12 @@ __device__ void producer_loop(const FwdKernelParams<T>& p, typename T::SharedSto
       }
     };
 
-    // (TMA view of global blocks, TMA view of shared stages) for K and V.
     if (T::kClusterKV && p.cluster_kv) {
       // With the V-ring epilogue the previous tile's O store has read a stage before the stage is
       // declared free to the peer (the walk waits for the store before the load).
       walk_multicast_halves(p, smem, sK, gK, sV, gV, smem.v_full, walk_blocks);
     } else {
-      auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-      auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      walk_blocks(
-          [&](int n, int stage, uint32_t) {
-            expect_bytes(smem.k_full[stage], load_kv ? T::kBytesKV : 0);
-            if (load_kv) copy(p.tma_k.with(smem.k_full[stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, stage));
-          },
-          [&](int n, int stage, uint32_t) {
-            expect_bytes(smem.v_full[stage], load_kv ? T::kBytesKV : 0);
-            if (load_kv) copy(p.tma_v.with(smem.v_full[stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, stage));
-          });
+      walk_whole_blocks(p, smem, sK, gK, sV, gV, smem.v_full, walk_blocks, load_kv);
     }
     timeline.mark(kLastVIssued);
   }

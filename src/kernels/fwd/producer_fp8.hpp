@@ -33,7 +33,7 @@
 
 #include "kernels/fwd/epilogue.hpp"
 #include "kernels/fwd/fp8_scales.hpp"
-#include "kernels/fwd/kv_multicast.hpp"
+#include "kernels/fwd/kv_loads.hpp"
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
@@ -108,20 +108,10 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
 
     if (T::kClusterKV && p.cluster_kv) {
       // A staging stage is refilled once both CTAs' transposers have read it, a K stage once both
-      // CTAs' consumers (kv_multicast.hpp).
+      // CTAs' consumers (kv_loads.hpp).
       walk_multicast_halves(p, smem, sK, gK, sV, gV, smem.v_stage_full, walk_blocks);
     } else {
-      auto k_views = tma_partition(p.tma_k, _0{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-      auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      walk_blocks(
-          [&](int n, int stage, uint32_t) {
-            expect_bytes(smem.k_full[stage], T::kBytesKV);
-            copy(p.tma_k.with(smem.k_full[stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, stage));
-          },
-          [&](int n, int stage, uint32_t) {
-            expect_bytes(smem.v_stage_full[stage], T::kBytesKV);
-            copy(p.tma_v.with(smem.v_stage_full[stage]), get<0>(v_views)(_, n), get<1>(v_views)(_, stage));
-          });
+      walk_whole_blocks(p, smem, sK, gK, sV, gV, smem.v_stage_full, walk_blocks);
     }
   }
 }

@@ -69,10 +69,13 @@ struct TileScheduler {
   __device__ __forceinline__ static int cluster_rank() { return int(cute::block_rank_in_cluster()); }
   __device__ __forceinline__ int first_tile() const { return clustered ? int(blockIdx.x) / 2 : int(blockIdx.x); }
   __device__ __forceinline__ int claim_next() const { return int(gridDim.x) + atomicAdd(counter, 1); }
-  // The tile after `tile`: claimed from the counter, or the cluster's fixed stride.
-  __device__ __forceinline__ int next_tile(int tile) const {
-    return clustered ? tile + int(gridDim.x) / 2 : claim_next();
+  // A fixed stride over the grid: the cluster's tiles (clustered), or the CTA's where nobody
+  // claims tiles (the Table 2 kernel without warp specialization has no producer).
+  __device__ __forceinline__ int strided_next(int tile) const {
+    return tile + (clustered ? int(gridDim.x) / 2 : int(gridDim.x));
   }
+  // The tile after `tile`: claimed from the counter, or the cluster's fixed stride.
+  __device__ __forceinline__ int next_tile(int tile) const { return clustered ? strided_next(tile) : claim_next(); }
 
   __device__ __forceinline__ TileCoord decode(int tile) const {
     int sec, in_sec, m_index, pair_in_sec;

@@ -7,7 +7,7 @@
 //                  --window-left --window-right --softcap --dtype --direction]  one shape
 //   common: --warmup --reps --seed --device --json out.json
 //   variants of each shape, timed in 3 rounds of rotated order (median of the rounds):
-//          --kernels a,b  --l2-section-pairs 0,16  --lag-dq-min-steps 2,3
+//          --kernels a,b  --variant default,no-pingpong  --l2-section-pairs 0,16  --lag-dq-min-steps 2,3
 //
 // Exit status: 0 when every case ran or was reported "not supported"; 1 on any other library
 // or CUDA error (results so far are still written to --json); 2 on bad command-line values.
@@ -84,8 +84,9 @@ void add_options(CLI::App& app, CliOptions& o) {
   app.add_option("--dtypes", o.dtypes, "Grid dtypes")->delimiter(',')->needs(grid)
       ->check(CLI::IsMember({"bf16", "fp16", "e4m3"}))->capture_default_str();
   app.add_option("--variant", o.variants,
-                 "Table 2 variants to time (default: all of: " + fwd_variant_names() + ")")
-      ->delimiter(',')->needs(table2);
+                 "Forward variants to time: with --table2 (default: all) or per single shape (default: "
+                 "default); one of: " + fwd_variant_names())
+      ->delimiter(',')->excludes(grid);
 
   const std::vector<CLI::Option*> single = {
       app.add_option("--batch", o.batch, "Batch size")->capture_default_str(),
@@ -178,7 +179,8 @@ std::vector<Case> single_shape_cases(const CliOptions& o) {
   return cases;
 }
 
-// One case per (kernel, L2 section) of --kernels x --l2-section-pairs for each forward case, and
+// One case per (kernel, variant, L2 section) of --kernels x --variant x --l2-section-pairs for each
+// forward case (a --table2 case keeps its own variant), and
 // per (L2 section, lag threshold, dQ-converting SMs) for each backward case: the variants of one
 // shape, one group each (run_all times a group's variants in rotated order).
 std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases, const CliOptions& o) {
@@ -192,19 +194,23 @@ std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases
   std::vector<std::vector<Case>> out;
   for (const Case& c : cases) {
     std::vector<Case>& group = out.emplace_back();
+    const std::vector<std::string> own_variant{c.variant};
+    const bool variants_here = c.direction == Direction::kFwd && !o.table2 && !o.variants.empty();
     for (const std::string& k : c.direction == Direction::kFwd ? kernels : no_kernel)
-      for (int32_t s : sections)
-        for (int32_t lag : c.direction == Direction::kBwd ? lags : library_rule)
-          for (int32_t conv : c.direction == Direction::kBwd ? converts : library_rule)
-            for (int32_t split : c.direction == Direction::kBwd ? splits : library_rule) {
-              Case v = c;
-              v.kernel = k;
-              v.l2_section_pairs = s;
-              v.lag_dq_min_steps = lag;
-              v.dq_convert_sms = conv;
-              v.split_tail_tiles = split;
-              group.push_back(v);
-            }
+      for (const std::string& variant : variants_here ? o.variants : own_variant)
+        for (int32_t s : sections)
+          for (int32_t lag : c.direction == Direction::kBwd ? lags : library_rule)
+            for (int32_t conv : c.direction == Direction::kBwd ? converts : library_rule)
+              for (int32_t split : c.direction == Direction::kBwd ? splits : library_rule) {
+                Case v = c;
+                v.kernel = k;
+                v.variant = find_fwd_variant(variant).name;
+                v.l2_section_pairs = s;
+                v.lag_dq_min_steps = lag;
+                v.dq_convert_sms = conv;
+                v.split_tail_tiles = split;
+                group.push_back(v);
+              }
   }
   return out;
 }

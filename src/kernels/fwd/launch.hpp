@@ -125,6 +125,12 @@ void set_output_store(FwdKernelParams<T>& p, const FwdArgs& a, int q_rows, bool 
 // an even number of query blocks, keys present. And every tile must cost the same, as the
 // clusters walk a fixed stride (tile_scheduler.hpp). Widening this list needs the producer to
 // keep both CTAs' load sequences equal.
+// Query blocks per (head, batch): the scheduler's m-blocks before clusters pair them.
+template <class T>
+int64_t num_query_blocks(const FwdArgs& a) {
+  return (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM;
+}
+
 template <class T>
 bool use_cluster_kv(const FwdArgs& a, int64_t num_m_blocks) {
   return T::kClusterKV && !a.disable_cluster && !a.varlen() && a.seqused_q == nullptr && a.seqused_k == nullptr &&
@@ -169,7 +175,7 @@ FwdKernelParams<T> make_params(const FwdArgs& a) {
   if constexpr (T::kMaxFreeBlocks) set_raw_qk_fields<T>(p, a);
 
   // Sizes in 64-bit: the API bounds each length by int32, not their products.
-  const int64_t num_m_blocks = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM;
+  const int64_t num_m_blocks = num_query_blocks<T>(a);
   const int64_t pairs = int64_t(a.nheads) * a.batch;
   const int64_t num_tiles = num_m_blocks * pairs;
   if (num_tiles > INT32_MAX)
@@ -258,8 +264,7 @@ void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
 // What make_params decides, for Plan::ctas_per_cluster.
 template <class T>
 int ctas_per_cluster(const FwdArgs& a) {
-  const int64_t num_m_blocks = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM;
-  return use_cluster_kv<T>(a, num_m_blocks) ? 2 : 1;
+  return use_cluster_kv<T>(a, num_query_blocks<T>(a)) ? 2 : 1;
 }
 
 template <class T>

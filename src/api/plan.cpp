@@ -201,8 +201,9 @@ kernels::BwdArgs make_bwd_args(const BwdParams& p, const FwdProblem& prob, const
   return a;
 }
 
-const kernels::BwdKernel& choose_bwd_kernel(const FwdProblem& prob) {
-  const kernels::BwdKernel* k = kernels::find_bwd_kernel(prob.dtype, prob.head_dim);
+const kernels::BwdKernel& choose_bwd_kernel(const FwdProblem& prob, const kernels::BwdArgs& args) {
+  const kernels::BwdKernel* k =
+      kernels::find_bwd_kernel(prob.dtype, prob.head_dim, kernels::is_dense_bwd_problem(args));
   if (k == nullptr)
     detail::not_supported("q", std::string("backward for ") + dtype_name(prob.dtype) + " head dim " +
                                    std::to_string(prob.head_dim) + " (no such kernel in this build)");
@@ -273,8 +274,9 @@ void run_fwd(const Plan& plan, const FwdParams& p, void* workspace, size_t works
 
 Plan plan_bwd(const BwdParams& p, const DeviceInfo& dev) {
   const FwdProblem prob = detail::validate_bwd(p, dev);
-  const kernels::BwdKernel& k = choose_bwd_kernel(prob);
-  return make_plan(dev, k, kernels::bwd_kernels(), k.workspace_bytes(make_bwd_args(p, prob, dev)));
+  const kernels::BwdArgs args = make_bwd_args(p, prob, dev);
+  const kernels::BwdKernel& k = choose_bwd_kernel(prob, args);
+  return make_plan(dev, k, kernels::bwd_kernels(), k.workspace_bytes(args));
 }
 
 void run_bwd(const Plan& plan, const BwdParams& p, void* workspace, size_t workspace_bytes,
@@ -287,10 +289,11 @@ void run_bwd(const Plan& plan, const BwdParams& p, void* workspace, size_t works
   // entries means nothing at all.
   if (prob.batch == 0 || prob.nheads == 0) return;
   const kernels::BwdKernel& k = planned_kernel(plan, kernels::bwd_kernels(), "plan_bwd");
-  if (k.dtype != prob.dtype || k.head_dim != prob.head_dim)
+  const kernels::BwdArgs args = make_bwd_args(p, prob, dev);
+  // A dense kernel has no mask or softcap code: a plan for one must not run a problem with them.
+  if (k.dtype != prob.dtype || k.head_dim != prob.head_dim || (k.dense && !kernels::is_dense_bwd_problem(args)))
     throw Error(ErrorCode::kInvalidArgument, "plan", "was made for other parameters (" +
                                                          std::string(k.name) + ")");
-  const kernels::BwdArgs args = make_bwd_args(p, prob, dev);
   if (workspace_bytes < k.workspace_bytes(args))
     throw Error(ErrorCode::kWorkspaceTooSmall, "workspace", "was sized for other parameters");
   k.launch(args, workspace, stream);

@@ -27,4 +27,13 @@ struct BwdArgs : ProblemArgs {
   int32_t split_tail_tiles = 0;  // BwdTuning::split_tail_tiles
 };
 
+// The problems a dense backward kernel (BwdKernel::dense) takes: no causal or window mask, no
+// softcap, fixed lengths (no cu_seqlens, no seqused) and keys in whole 128-key tiles. A key past
+// seqlen_k needs the mask: its zero-filled K row scores 0, and exp2(0 - LSE) may overflow.
+// Query rows past seqlen_q need nothing (the preprocess gives them LSE = +inf, so P = 0).
+inline bool is_dense_bwd_problem(const ProblemArgs& a) {
+  return !a.has_window() && a.softcap == 0.f && a.cu_seqlens_q == nullptr && a.cu_seqlens_k == nullptr &&
+         a.seqused_q == nullptr && a.seqused_k == nullptr && a.seqlen_k > 0 && a.seqlen_k % 128 == 0;
+}
+
 }  // namespace hopattn::kernels

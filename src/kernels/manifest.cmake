@@ -1,7 +1,7 @@
 # The one list of kernel instantiations compiled into the library: one forward kernel per
 # (16-bit dtype, head dim) in HOPATTN_DTYPES x HOPATTN_HEAD_DIMS (more at d96 and d128: see the
 # list of variants below), one backward kernel per
-# (dtype, head dim), and with HOPATTN_FP8 one e4m3 forward kernel per head dim 64, 128, 256 (two at d64). Each gets its own generated
+# (dtype, head dim) and a dense one at the head dims of _bwd_dense_head_dims, and with HOPATTN_FP8 one e4m3 forward kernel per head dim 64, 128, 256 (two at d64). Each gets its own generated
 # translation unit (parallel builds, per-file compile stats); registry.cpp lists them for the
 # dispatcher. Tile shapes live in src/kernels/fwd/tile_table.hpp.
 set(_gen "${CMAKE_CURRENT_BINARY_DIR}/kernels")
@@ -43,6 +43,13 @@ endforeach()
 #   d64: its default kernel has 192 x 128 tiles with three consumer warpgroups; under a causal
 #   mask at 512-1k keys, where most tiles hold a diagonal block, two warpgroups with 240 registers
 #   each measured +8..12% (session 6), and lost 4-13% everywhere else.
+# Backward "dense" kernels (BwdKernel::dense; src/kernels/bwd/tile_table.hpp, DenseBwdTraits): the
+# general kernel with the mask and softcap code compiled out, for problems is_dense_bwd_problem
+# accepts (bwd_args.hpp). Against the general kernel on dense paper-grid problems (H100, perf-log
+# session 46): d128 +1.6 / 2.3 / 2.9 / 4.0 / 3.1% at 1k / 2k / 4k / 8k / 16k (and +4.1 / 4.3% at
+# 2k / 8k in a second call), d64 +1.8 / 2.1% at 1k / 16k, d256 +0.6 / 1.4% at 1k / 16k. d96 and
+# d192 were not measured and have none.
+set(_bwd_dense_head_dims 64 128 256)
 set(_short_max_keys_96 2048)
 set(_short_max_keys_128 4096)
 set(_masked_max_keys_64 1024)
@@ -107,15 +114,28 @@ foreach(DTYPE IN LISTS HOPATTN_DTYPES)
       string(APPEND DECLS "extern const FwdKernel kFwd_${DTYPE}_hd${HDIM}${SUFFIX};\n")
       string(APPEND ENTRIES "    kFwd_${DTYPE}_hd${HDIM}${SUFFIX},\n")
     endforeach()
-    # Backward: one kernel per head dim (src/kernels/bwd/tile_table.hpp picks its shape).
+    # Backward: one kernel per head dim (src/kernels/bwd/tile_table.hpp picks its shape), and a
+    # "dense" one (no mask or softcap code) for problems without them where it measured faster.
     if(NOT HOPATTN_BWD)
       continue()
     endif()
-    set(_src "${_gen}/bwd_${DTYPE}_hd${HDIM}.cu")
-    configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/bwd/instance.cu.in" "${_src}" @ONLY)
-    list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
-    string(APPEND BWD_DECLS "extern const BwdKernel kBwd_${DTYPE}_hd${HDIM};\n")
-    string(APPEND BWD_ENTRIES "    kBwd_${DTYPE}_hd${HDIM},\n")
+    set(_bwd_variants "general")
+    if(HDIM IN_LIST _bwd_dense_head_dims)
+      list(APPEND _bwd_variants "dense")
+    endif()
+    foreach(_variant IN LISTS _bwd_variants)
+      set(DENSE "false")
+      set(SUFFIX "")
+      if(_variant STREQUAL "dense")
+        set(DENSE "true")
+        set(SUFFIX "_dense")
+      endif()
+      set(_src "${_gen}/bwd_${DTYPE}_hd${HDIM}${SUFFIX}.cu")
+      configure_file("${CMAKE_CURRENT_SOURCE_DIR}/kernels/bwd/instance.cu.in" "${_src}" @ONLY)
+      list(APPEND HOPATTN_KERNEL_SOURCES "${_src}")
+      string(APPEND BWD_DECLS "extern const BwdKernel kBwd_${DTYPE}_hd${HDIM}${SUFFIX};\n")
+      string(APPEND BWD_ENTRIES "    kBwd_${DTYPE}_hd${HDIM}${SUFFIX},\n")
+    endforeach()
   endforeach()
 endforeach()
 # FP8 forward: e4m3 inputs, bf16/fp16 output chosen at run time (one kernel per head dim; d64

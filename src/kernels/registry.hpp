@@ -44,6 +44,7 @@ struct BwdKernel {
   const char* name;
   DType dtype;
   int head_dim;
+  bool dense;  // takes only problems is_dense_bwd_problem accepts (bwd_args.hpp)
   size_t (*workspace_bytes)(const BwdArgs&);
   void (*launch)(const BwdArgs&, void* workspace, cudaStream_t);
 };
@@ -55,8 +56,9 @@ const FwdKernel* find_fwd_kernel(DType dtype, int head_dim, FwdAblation ablation
 // Every compiled forward kernel, terminated by an entry whose name is nullptr.
 const FwdKernel* fwd_kernels();
 
-// The backward kernel for (dtype, head_dim), or nullptr when this build did not compile it.
-const BwdKernel* find_bwd_kernel(DType dtype, int head_dim);
+// The backward kernel for (dtype, head_dim), or nullptr when this build did not compile it: its
+// dense kernel for a dense problem (is_dense_bwd_problem) where the build has one.
+const BwdKernel* find_bwd_kernel(DType dtype, int head_dim, bool dense_problem);
 // Every compiled backward kernel, terminated by an entry whose name is nullptr.
 const BwdKernel* bwd_kernels();
 

@@ -692,6 +692,59 @@ TEST(BwdValidation, EveryHeadDimHasABackwardKernel) {
   }
 }
 
+// Dense problems (no mask, no softcap, fixed lengths, whole 128-key tiles: is_dense_bwd_problem)
+// take the dense backward kernel; anything else the general one. A plan made for the dense kernel
+// refuses a problem with a mask (the kernel has no mask code) before it launches anything.
+TEST(BwdValidation, DenseProblemsTakeTheDenseKernel) {
+  Arena arena;
+  BwdParams p;
+  const auto shape = [&](int64_t seqlen_k) {
+    for (TensorView* t : {&p.q, &p.out, &p.dout, &p.dq}) *t = arena.tensor(DType::kBFloat16, {2, 256, 8, 128});
+    for (TensorView* t : {&p.k, &p.v, &p.dk, &p.dv}) *t = arena.tensor(DType::kBFloat16, {2, seqlen_k, 2, 128});
+    p.lse = arena.tensor(DType::kFloat32, {2, 8, 256});
+  };
+  shape(512);
+  std::string dense_name;
+  try {
+    dense_name = plan_bwd(p, fake_hopper()).kernel;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();
+    GTEST_SKIP() << "bf16 head dim 128 not in this build";
+  }
+  EXPECT_EQ(dense_name, "bwd_sm90_bf16_hd128_dense");  // manifest.cmake: d128 has one
+  const auto general = [&](const char* what) {
+    EXPECT_EQ(plan_bwd(p, fake_hopper()).kernel, "bwd_sm90_bf16_hd128") << what;
+  };
+  p.mask.causal = true;
+  general("causal");
+  p.mask.causal = false;
+  p.mask.window_left = 100;
+  general("window");
+  p.mask.window_left = -1;
+  p.softcap = 30.f;
+  general("softcap");
+  p.softcap = 0.f;
+  shape(500);
+  general("keys not in whole tiles");
+  const int32_t seqused[2] = {256, 200};
+  shape(512);
+  p.seqused_k = seqused;
+  general("seqused_k");
+  p.seqused_k = nullptr;
+
+  const Plan plan = plan_bwd(p, fake_hopper());
+  ASSERT_EQ(plan.kernel, dense_name);
+  p.mask.causal = true;
+  void* workspace = reinterpret_cast<void*>(uintptr_t{1} << 20);  // never touched: the call fails first
+  try {
+    run_bwd(plan, p, workspace, plan.workspace_bytes, nullptr);
+    FAIL() << "a causal problem ran on the dense kernel's plan";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.argument(), "plan") << e.what();
+    EXPECT_NE(std::string(e.what()).find("other parameters"), std::string::npos) << e.what();
+  }
+}
+
 // ---- combine ------------------------------------------------------------------------------------
 
 struct CombineFixture : ::testing::Test {

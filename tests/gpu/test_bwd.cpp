@@ -188,6 +188,13 @@ std::vector<BwdCase> coverage() {
   BwdCase base;
   auto add = [&](auto&& edit) { BwdCase c = base; edit(c); cases.push_back(c); };
   add([](BwdCase& c) { c.seqlen_q = 1; c.seqlen_k = 1; });
+  // Dense problems (whole 128-key tiles, no mask: the dense kernels, manifest.cmake) beyond the
+  // 256 x 256 cases above: GQA with a partial query block, one query row, deterministic.
+  for (int d : {64, 128, 256}) {
+    add([&](BwdCase& c) { c.head_dim = d; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 384; });
+    add([&](BwdCase& c) { c.head_dim = d; c.seqlen_q = 1; c.seqlen_k = 128; });
+    add([&](BwdCase& c) { c.head_dim = d; c.deterministic = true; c.seqlen_q = 200; c.seqlen_k = 512; });
+  }
   add([](BwdCase& c) { c.seqlen_q = 77; c.seqlen_k = 13; });
   add([](BwdCase& c) { c.seqlen_q = 1000; c.seqlen_k = 10; c.causal = true; });  // rows with no key
   add([](BwdCase& c) { c.seqlen_q = 10; c.seqlen_k = 1000; c.causal = true; });  // keys no row sees

@@ -13,18 +13,21 @@
 
 namespace hopattn::kernels::bwd {
 
-// Scores -> probabilities in place: tanh softcap, mask, exp2 with the query's lse_log2.
+// Scores -> probabilities in place: tanh softcap, mask, exp2 with the query's lse_log2. A dense
+// kernel (T::kDense) has neither: its problems have no mask, no softcap and no key past seqlen_k.
 template <class T, class TS, class TC>
 __device__ __forceinline__ void scores_to_probs(const BwdKernelParams<T>& p, TS& tSrS, const TC& tScS,
                                                 const TileWork<T>& w, int m, const float* lse_log2) {
   using namespace cute;
   Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));  // (keys, queries)
   Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
-  if (p.use_softcap) {
-    CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fwd::fast_tanh(tSrS(i) * p.softcap_prescale);
+  if constexpr (!T::kDense) {
+    if (p.use_softcap) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fwd::fast_tanh(tSrS(i) * p.softcap_prescale);
+    }
+    if (w.mask.block_needs_mask(m, w.n_block)) w.mask.apply(s_rc, c_rc, m, w.n_block);
   }
-  if (w.mask.block_needs_mask(m, w.n_block)) w.mask.apply(s_rc, c_rc, m, w.n_block);
   CUTE_UNROLL
   for (int j = 0; j < size<1>(s_rc); ++j) {
     const float lse = lse_log2[get<1>(c_rc(0, j))];
@@ -65,7 +68,7 @@ __device__ __forceinline__ void probs_to_dscores(const BwdKernelParams<T>& p, co
 template <class T, class TP, class TDP, class TC>
 __device__ __forceinline__ void probs_to_dscores(const BwdKernelParams<T>& p, const TP& tSrP, TDP& tSrdP,
                                                  const TC& tScS, const float* dsum, const float* lse_log2) {
-  if (p.use_softcap) probs_to_dscores<true>(p, tSrP, tSrdP, tScS, dsum, lse_log2);
+  if (!T::kDense && p.use_softcap) probs_to_dscores<true>(p, tSrP, tSrdP, tScS, dsum, lse_log2);
   else probs_to_dscores<false>(p, tSrP, tSrdP, tScS, dsum, lse_log2);
 }
 

@@ -64,4 +64,17 @@ using DefaultBwdTraits =
                                                               : 64,
                                  /*kBlockN=*/128, /*kStages=*/2>>;
 
+// The kernel for dense problems (is_dense_bwd_problem: no mask, no softcap, fixed lengths, whole
+// key tiles): the same shape with the mask and softcap code compiled out of the element-wise step
+// (score_grads.hpp). Those paths, never taken there, cost the general d128 kernel 2-4% on dense
+// problems at 1k-16k (H100, perf-log session 46): registers, and branches around the exps.
+template <class Base>
+struct DenseBwdTraits : Base {
+  static constexpr bool kDense = true;
+};
+
+template <class Element, int kHeadDim, bool kDense>
+using BwdTraitsFor = std::conditional_t<kDense, DenseBwdTraits<DefaultBwdTraits<Element, kHeadDim>>,
+                                        DefaultBwdTraits<Element, kHeadDim>>;
+
 }  // namespace hopattn::kernels::bwd

@@ -58,6 +58,9 @@ struct BwdTraits {
   static constexpr int kBlockM = kBlockM_;  // query rows per step
   static constexpr int kBlockN = kBlockN_;  // keys per CTA tile
   static constexpr int kStages = kStages_;  // depth of the Q / dO ring
+  // Whether this instance takes only dense problems (no mask, softcap or partial key tile:
+  // tile_table.hpp's DenseBwdTraits; the dispatch rule is is_dense_bwd_problem, bwd_args.hpp).
+  static constexpr bool kDense = false;
   // One ring for Q and dO (one empty barrier per stage, qdo_empty); the wide kernel may give Q
   // more stages than dO (traits_wide.hpp, kSplitQdoRings).
   static constexpr bool kSplitQdoRings = false;

@@ -34,6 +34,7 @@ struct BwdWideTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = 64;  // query rows per step
   static constexpr int kBlockN = 64;  // keys per CTA tile
+  static constexpr bool kDense = false;  // as BwdTraits::kDense
   // Q and dO have rings of their own (q_full / q_empty, do_full / do_empty): at d = 256 two Q
   // stages fit next to one dO stage, so that the next step's S^T (Q only) can be issued under
   // the dQ hand-off while dO, which lands later, is needed only by the step's dP^T.

@@ -88,12 +88,22 @@ struct Consumer {
   Timeline timeline;                  // experiment probe (timeline.hpp); empty unless enabled
   std::conditional_t<T::kWarpSpecialized, NoInlineLoader, InlineLoader<T>> loader;  // see the header
 
+  // Timing experiment (session 46, .deps/s47/c1.sh): no softcap or mask code, to see what the
+  // never-taken paths cost a dense problem, as they cost the backward 2-4% (perf-log). Wrong
+  // under a mask, softcap or a partial key block.
+#ifdef HOPATTN_EXP_FWD_DENSE_ONLY
+#pragma message("HOPATTN_EXP_FWD_DENSE_ONLY: no softcap or mask code in the forward; wrong under either")
+  static constexpr bool kDenseOnlyExperiment = true;
+#else
+  static constexpr bool kDenseOnlyExperiment = false;
+#endif
   // Softcap and mask, in place: the scores as the softmax sees them.
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void prepare_scores(TensorS& s_rc, const TensorC& tScS,
                                                  const WindowMask<T::kBlockM, T::kBlockN>& mask, int m_block, int n,
                                                  const RowScales<kRows>& rs) const {
     using namespace cute;
+    if constexpr (kDenseOnlyExperiment) return;
     if (p.use_softcap) {
       CUTE_UNROLL
       for (int i = 0; i < size<0>(s_rc); ++i) {

@@ -82,6 +82,17 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
   } else if (chance(0.25)) {
     c.row_pad = (fp8 ? 16 : 8) * pick(1, 8);  // 16-byte aligned rows (TMA) with gaps between them
   }
+  // A problem the dense kernels take (backward: bwd_args.hpp's is_dense_bwd_problem; forward:
+  // the 2-CTA clusters): no mask, no softcap, fixed lengths, keys a multiple of 128. The draws
+  // above almost never give one (about 1 in 200).
+  if (chance(0.15)) {
+    c.causal = false;
+    c.window_left = c.window_right = -1;
+    c.softcap = 0.f;
+    c.varlen_q.clear();
+    c.varlen_k.clear();
+    c.seqlen_k = 128 * pick(1, 3);
+  }
   if (dir == SweepDirection::kBackward) {
     if (chance(0.2)) c.deterministic = true;
   } else {

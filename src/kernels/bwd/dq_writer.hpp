@@ -275,12 +275,18 @@ __device__ __forceinline__ void dq_writer_tiles(const BwdKernelParams<T>& p, typ
           float* dst = p.dq_accum + int64_t(block) * kBlockFloats + j * kPieceFloats;
           const int b = dq_pipe.stage();
           const float* src = smem.dq + b * kPieceFloats;
-          fwd::wait_full(smem.dq_full[b], dq_pipe.phase());
 #ifdef HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN  // timing experiments only (top of file): dQ is then wrong
           const bool issue = m % HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN != HOPATTN_EXP_BWD_DQ_SKIP_ONE_IN - 1;
+          // With two buffers the newest op's buffer is held until the next op is issued; a skipped
+          // piece may need that very buffer, so free it first (else: a hang, session 47).
+          if (!issue) {
+            bulk_wait_all();
+            dq_release.drained(smem.dq_empty);
+          }
 #else
           constexpr bool issue = true;
 #endif
+          fwd::wait_full(smem.dq_full[b], dq_pipe.phase());
           if (!issue) {
             if constexpr (kDeterministic) {  // the previous block's signal is still due
               if (j == 0 && pending >= 0) {

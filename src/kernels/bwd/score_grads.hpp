@@ -13,6 +13,15 @@
 
 namespace hopattn::kernels::bwd {
 
+// Timing experiment (session 47): the softcap paths compiled out of every kernel, the mask kept,
+// to see what the never-taken softcap code costs a masked problem. Wrong under softcap.
+#ifdef HOPATTN_EXP_BWD_NO_SOFTCAP
+#pragma message("HOPATTN_EXP_BWD_NO_SOFTCAP: no softcap code in the backward; wrong under softcap")
+inline constexpr bool kNoSoftcapExperiment = true;
+#else
+inline constexpr bool kNoSoftcapExperiment = false;
+#endif
+
 // Scores -> probabilities in place: tanh softcap, mask, exp2 with the query's lse_log2. A dense
 // kernel (T::kDense) has neither: its problems have no mask, no softcap and no key past seqlen_k.
 template <class T, class TS, class TC>
@@ -22,7 +31,7 @@ __device__ __forceinline__ void scores_to_probs(const BwdKernelParams<T>& p, TS&
   Tensor s_rc = make_tensor(tSrS.data(), acc_as_rowcol(tSrS.layout()));  // (keys, queries)
   Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));
   if constexpr (!T::kDense) {
-    if (p.use_softcap) {
+    if (!kNoSoftcapExperiment && p.use_softcap) {
       CUTE_UNROLL
       for (int i = 0; i < size(tSrS); ++i) tSrS(i) = fwd::fast_tanh(tSrS(i) * p.softcap_prescale);
     }
@@ -68,7 +77,7 @@ __device__ __forceinline__ void probs_to_dscores(const BwdKernelParams<T>& p, co
 template <class T, class TP, class TDP, class TC>
 __device__ __forceinline__ void probs_to_dscores(const BwdKernelParams<T>& p, const TP& tSrP, TDP& tSrdP,
                                                  const TC& tScS, const float* dsum, const float* lse_log2) {
-  if (!T::kDense && p.use_softcap) probs_to_dscores<true>(p, tSrP, tSrdP, tScS, dsum, lse_log2);
+  if (!T::kDense && !kNoSoftcapExperiment && p.use_softcap) probs_to_dscores<true>(p, tSrP, tSrdP, tScS, dsum, lse_log2);
   else probs_to_dscores<false>(p, tSrP, tSrdP, tScS, dsum, lse_log2);
 }
 

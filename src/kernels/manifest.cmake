@@ -47,9 +47,9 @@ endforeach()
 # general kernel with the mask and softcap code compiled out, for problems is_dense_bwd_problem
 # accepts (bwd_args.hpp). Against the general kernel on dense paper-grid problems (H100, perf-log
 # session 46): d128 +1.6 / 2.3 / 2.9 / 4.0 / 3.1% at 1k / 2k / 4k / 8k / 16k (and +4.1 / 4.3% at
-# 2k / 8k in a second call), d64 +1.8 / 2.1% at 1k / 16k, d256 +0.6 / 1.4% at 1k / 16k. d96 and
-# d192 were not measured and have none.
-set(_bwd_dense_head_dims 64 128 256)
+# 2k / 8k in a second call), d64 +1.8 / 2.1% at 1k / 16k, d256 +0.6 / 1.4% at 1k / 16k; session 47:
+# d96 +2.0 / 3.0 / 1.6% at 1k / 4k / 16k, d192 +0.1 / 2.6 / 1.6%.
+set(_bwd_dense_head_dims 64 96 128 192 256)
 set(_short_max_keys_96 2048)
 set(_short_max_keys_128 4096)
 set(_masked_max_keys_64 1024)

@@ -190,7 +190,7 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.seqlen_q = 1; c.seqlen_k = 1; });
   // Dense problems (whole 128-key tiles, no mask: the dense kernels, manifest.cmake) beyond the
   // 256 x 256 cases above: GQA with a partial query block, one query row, deterministic.
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 96, 128, 192, 256}) {
     add([&](BwdCase& c) { c.head_dim = d; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 384; });
     add([&](BwdCase& c) { c.head_dim = d; c.seqlen_q = 1; c.seqlen_k = 128; });
     add([&](BwdCase& c) { c.head_dim = d; c.deterministic = true; c.seqlen_q = 200; c.seqlen_k = 512; });

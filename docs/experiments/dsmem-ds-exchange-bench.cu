@@ -16,6 +16,10 @@
 // (each thread stores its 32 bytes into the peer's buffer and arrives on the peer's barrier).
 // Receive buffers: a ring of two per CTA, freed by a remote arrival on the sender's barrier.
 // Prints ns per step and what the exchange adds to the baseline, for several b.
+// Results (H100, session 47, docs/perf-log.md): a consumer thread doing the cluster-scope
+// operations adds 850-1,130 ns per step whatever b is (its release arrivals stall the CTA); the
+// helper warp adds 850 / 590 / 140 ns at b = 0 / 500 / 1500 cycles (the data lands about 1,500
+// cycles after the consumers' arrival).
 // Not built by CMake; from the repository root:
 //   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a docs/experiments/dsmem-ds-exchange-bench.cu \
 //     -o /tmp/ds-exchange && /tmp/ds-exchange
@@ -26,6 +30,7 @@
 #include <cstdio>
 
 #include "check_cuda.cuh"
+#include "cluster_barriers.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -48,27 +53,6 @@ struct Shared {
   alignas(8) uint64_t sent_ready[kDepth], recv_done[kDepth], send_free[kDepth];
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ uint32_t cluster_addr(const void* local, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(smem_u32(local)), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  }
-}
-__device__ __forceinline__ void arrive_on_peer(uint64_t* bar, uint32_t rank) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr(bar, rank)) : "memory");
-}
 __device__ __forceinline__ void arrive_local(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
 }
@@ -106,20 +90,12 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads + 32, 1)
         const uint32_t parity = (i / kDepth) & 1;
         wait_parity(&s.sent_ready[k], parity);
         wait_parity(&s.peer_free[k], parity ^ 1);
-        const uint32_t peer_full = cluster_addr(&s.full[k], peer);
-        asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(peer_full),
-                     "r"(kPieceBytes)
-                     : "memory");
-        asm volatile(
-            "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                cluster_addr(&s.recv[k][0], peer)),
-            "r"(smem_u32(&s.send[k][0])), "r"(kPieceBytes), "r"(peer_full)
-            : "memory");
+        bulk_copy_to_peer(&s.recv[k][0], &s.send[k][0], kPieceBytes, &s.full[k], peer);
         asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
         arrive_local(&s.send_free[k]);
         wait_parity(&s.recv_done[k], parity);
-        arrive_on_peer(&s.peer_free[k], peer);
+        arrive_remote(&s.peer_free[k], peer);
       }
     }
     cluster.sync();
@@ -148,7 +124,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads + 32, 1)
     } else if (kMode == kRemoteStores) {
       wait_parity(&s.peer_free[k], parity ^ 1);  // the peer has read its recv[k] (first lap: free)
       for (int v = 0; v < kVecs; ++v) peer_recv[k * (kPieceBytes / 16) + v * kThreads + t] = make_float4(x, v, t, i);
-      arrive_on_peer(&s.full[k], peer);
+      arrive_remote(&s.full[k], peer);
     } else {
       for (int v = 0; v < kVecs; ++v) s.send[k][v * kThreads + t] = make_float4(x, v, t, i);
       if (kMode == kBulk) {
@@ -156,15 +132,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads + 32, 1)
         __syncthreads();
         if (t == 0) {
           wait_parity(&s.peer_free[k], parity ^ 1);
-          const uint32_t peer_full = cluster_addr(&s.full[k], peer);
-          asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(peer_full),
-                       "r"(kPieceBytes)
-                       : "memory");
-          asm volatile(
-              "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                  cluster_addr(&s.recv[k][0], peer)),
-              "r"(smem_u32(&s.send[k][0])), "r"(kPieceBytes), "r"(peer_full)
-              : "memory");
+          bulk_copy_to_peer(&s.recv[k][0], &s.send[k][0], kPieceBytes, &s.full[k], peer);
           asm volatile("cp.async.bulk.commit_group;" ::: "memory");
         }
       }
@@ -187,7 +155,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads + 32, 1)
       if (t % 32 == 0) arrive_local(&s.recv_done[k]);
     } else if (kMode != kNone) {
       __syncthreads();  // every thread has read recv[k]
-      if (t == 0) arrive_on_peer(&s.peer_free[k], peer);
+      if (t == 0) arrive_remote(&s.peer_free[k], peer);
     }
     free_cycles += clock64() - t_free;
   }

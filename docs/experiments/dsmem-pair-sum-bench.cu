@@ -30,6 +30,7 @@
 #include <cstdlib>
 
 #include "check_cuda.cuh"
+#include "cluster_barriers.cuh"
 
 namespace cg = cooperative_groups;
 
@@ -46,35 +47,6 @@ struct Shared {
   alignas(128) float4 stage[kDepth][kPieceBytes / 16];  // the follower's staging (bulk copy)
   alignas(8) uint64_t full[kDepth], empty[kDepth];
 };
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ uint32_t peer_addr(uint32_t local, uint32_t rank) {
-  uint32_t r;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(local), "r"(rank));
-  return r;
-}
-__device__ __forceinline__ void wait_parity(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  }
-}
-__device__ __forceinline__ void arrive_remote(uint64_t* bar, uint32_t rank) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(peer_addr(smem_u32(bar), rank))
-               : "memory");
-}
-__device__ __forceinline__ void arrive_remote_expect(uint64_t* bar, uint32_t rank, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cluster.shared::cluster.b64 _, [%0], %1;" ::"r"(
-                   peer_addr(smem_u32(bar), rank)),
-               "r"(bytes)
-               : "memory");
-}
 
 template <int kMode, int kDepth>
 __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1) pair_sum(int pieces, float* sink) {
@@ -120,12 +92,7 @@ __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1) pair_su
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncthreads();
         if (t == 0) {
-          arrive_remote_expect(&s.full[b], 0, kPieceBytes);
-          asm volatile(
-              "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                  peer_addr(smem_u32(&s.ring[b][0]), 0)),
-              "r"(smem_u32(&s.stage[b][0])), "r"(kPieceBytes), "r"(peer_addr(smem_u32(&s.full[b]), 0))
-              : "memory");
+          bulk_copy_to_peer(&s.ring[b][0], &s.stage[b][0], kPieceBytes, &s.full[b], 0);
         }
       }
     } else {  // leader: wait for the piece, add its own values, free the buffer

@@ -2,7 +2,7 @@
 // "Open", session 47.) The lead: two CTAs of a cluster take adjacent 64-key blocks of one head and
 // walk the same query blocks; each computes dQ for half of the head dim over all 128 keys, so each
 // adds 32 KB of FP32 dQ per step into L2 instead of 64 KB (the reductions bound d256: without them
-// it runs 1.15-1.24x faster). The price is an 8 KB exchange per step and direction: my dS^T
+// it runs 1.13-1.24x faster). The price is an 8 KB exchange per step and direction: my dS^T
 // (64 x 64 bf16) must reach the peer before its dQ GEMM, while both run their dV and dK GEMMs.
 //
 // Each CTA (256 threads, one per SM, every SM busy) loops over steps that stand for the kernel's:
@@ -13,11 +13,13 @@
 //   C  (the dQ GEMM, its hand-off)          spin c cycles; free the receive buffer for the peer
 // Modes: 0 no exchange (the same spins and local shared-memory traffic: the baseline); 1 bulk copy
 // (one thread, cp.async.bulk.shared::cluster, completing on the peer's mbarrier); 2 remote stores
-// (each thread stores its 32 bytes into the peer's buffer and arrives on the peer's barrier).
+// (each thread stores its 32 bytes into the peer's buffer and arrives on the peer's barrier); 3
+// helper warp (the consumers only write, fence and arrive on local barriers; a 9th warp issues the
+// bulk copy and forwards the frees to the peer).
 // Receive buffers: a ring of two per CTA, freed by a remote arrival on the sender's barrier.
 // Prints ns per step and what the exchange adds to the baseline, for several b.
 // Results (H100, session 47, docs/perf-log.md): a consumer thread doing the cluster-scope
-// operations adds 850-1,130 ns per step whatever b is (its release arrivals stall the CTA); the
+// operations adds 840-1,130 ns per step whatever b is (its release arrivals stall the CTA); the
 // helper warp adds 850 / 590 / 140 ns at b = 0 / 500 / 1500 cycles (the data lands about 1,500
 // cycles after the consumers' arrival).
 // Not built by CMake; from the repository root:

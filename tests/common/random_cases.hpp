@@ -82,9 +82,9 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
   } else if (chance(0.25)) {
     c.row_pad = (fp8 ? 16 : 8) * pick(1, 8);  // 16-byte aligned rows (TMA) with gaps between them
   }
-  // A problem the dense kernels take (backward: bwd_args.hpp's is_dense_bwd_problem; forward:
-  // the 2-CTA clusters): no mask, no softcap, fixed lengths, keys a multiple of 128. The draws
-  // above almost never give one (about 1 in 200).
+  // A problem the backward's dense kernels take (bwd_args.hpp's is_dense_bwd_problem; the
+  // forward's 2-CTA clusters also need an even number of query blocks): no mask, no softcap,
+  // fixed lengths, keys a multiple of 128. The draws above almost never give one (about 1 in 200).
   if (chance(0.15)) {
     c.causal = false;
     c.window_left = c.window_right = -1;

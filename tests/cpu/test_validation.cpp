@@ -692,6 +692,23 @@ TEST(BwdValidation, EveryHeadDimHasABackwardKernel) {
   }
 }
 
+TEST(BwdValidation, EveryHeadDimHasADenseBackwardKernel) {
+  // manifest.cmake's _bwd_dense_head_dims lists every head dim (d96 and d192 since session 47):
+  // a dense problem (128 keys, no mask) takes the dense instance wherever the head dim is built.
+  Arena arena;
+  for (int d : {64, 96, 128, 192, 256}) {
+    BwdParams p;
+    for (TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})
+      *t = arena.tensor(DType::kBFloat16, {1, 128, 4, d});
+    p.lse = arena.tensor(DType::kFloat32, {1, 4, 128});
+    try {
+      EXPECT_EQ(plan_bwd(p, fake_hopper()).kernel, "bwd_sm90_bf16_hd" + std::to_string(d) + "_dense");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kNotSupported) << e.what();  // head dim not in this build
+    }
+  }
+}
+
 // Dense problems (no mask, no softcap, fixed lengths, whole 128-key tiles: is_dense_bwd_problem)
 // take the dense backward kernel; anything else the general one. A plan made for the dense kernel
 // refuses a problem with a mask (the kernel has no mask code) before it launches anything.

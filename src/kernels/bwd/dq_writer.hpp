@@ -209,8 +209,8 @@ struct DqRingRelease {
       held = -1;
     }
   }
-  // No op was issued for buffer b (timing experiments): nothing reads it (the consumers filled
-  // it, so it was not the held one), and the op in flight, if any, stays in flight.
+  // No op was issued for buffer b (timing experiments): nothing reads it. The skip path drained
+  // and freed the held buffer before waiting for b (dq_writer_tiles), so b is not held.
   __device__ __forceinline__ void skipped(uint64_t* dq_empty, int b) { fwd::release(dq_empty[b]); }
 };
 

@@ -673,15 +673,21 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
   }
 }
 
+// A bf16 MHA backward problem with seqlen queries and keys at head dim d (4 heads, batch 1).
+BwdParams bwd_problem(Arena& arena, int d, int64_t seqlen) {
+  BwdParams p;
+  for (TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})
+    *t = arena.tensor(DType::kBFloat16, {1, seqlen, 4, d});
+  p.lse = arena.tensor(DType::kFloat32, {1, 4, seqlen});
+  return p;
+}
+
 TEST(BwdValidation, EveryHeadDimHasABackwardKernel) {
   // Head dims 192 and 256 get the split-head-dim kernel (bwd/consumer_wide.hpp); a head dim that
   // was left out of the build must say so, naming q.
   Arena arena;
   for (int d : {64, 96, 128, 192, 256}) {
-    BwdParams p;
-    for (TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})
-      *t = arena.tensor(DType::kBFloat16, {1, 32, 4, d});
-    p.lse = arena.tensor(DType::kFloat32, {1, 4, 32});
+    const BwdParams p = bwd_problem(arena, d, 32);
     try {
       EXPECT_EQ(plan_bwd(p, fake_hopper()).kernel, "bwd_sm90_bf16_hd" + std::to_string(d));
     } catch (const Error& e) {
@@ -693,14 +699,11 @@ TEST(BwdValidation, EveryHeadDimHasABackwardKernel) {
 }
 
 TEST(BwdValidation, EveryHeadDimHasADenseBackwardKernel) {
-  // manifest.cmake's _bwd_dense_head_dims lists every head dim (d96 and d192 since session 47):
-  // a dense problem (128 keys, no mask) takes the dense instance wherever the head dim is built.
+  // manifest.cmake gives every head dim a dense instance (d96 and d192 since session 47): a
+  // dense problem (128 keys, no mask) takes it wherever the head dim is built.
   Arena arena;
   for (int d : {64, 96, 128, 192, 256}) {
-    BwdParams p;
-    for (TensorView* t : {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})
-      *t = arena.tensor(DType::kBFloat16, {1, 128, 4, d});
-    p.lse = arena.tensor(DType::kFloat32, {1, 4, 128});
+    const BwdParams p = bwd_problem(arena, d, 128);
     try {
       EXPECT_EQ(plan_bwd(p, fake_hopper()).kernel, "bwd_sm90_bf16_hd" + std::to_string(d) + "_dense");
     } catch (const Error& e) {

@@ -43,6 +43,7 @@ struct Case {
   int32_t l2_section_pairs = 0;
   int32_t lag_dq_min_steps = 0;  // backward: BwdTuning::lag_dq_min_steps (0: the library's rule)
   int32_t split_tail_tiles = 0;  // backward: BwdTuning::split_tail_tiles (0: the library's rule)
+  int32_t dq_from_stored_ds = 0;  // backward: BwdTuning::dq_from_stored_ds (0: the library's rule)
   int32_t dq_convert_sms = 0;    // backward: BwdTuning::dq_convert_sms (0: the library's rule)
 };
 

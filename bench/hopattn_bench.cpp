@@ -63,6 +63,7 @@ struct CliOptions {
   std::vector<int32_t> lag_dq_min_steps;  // empty: the library's rule
   std::vector<int32_t> dq_convert_sms;    // empty: the library's rule
   std::vector<int32_t> split_tail_tiles;  // empty: the library's rule
+  std::vector<int32_t> dq_from_stored_ds;  // empty: the library's rule
   TimingOptions timing;
   uint64_t seed = 0x5eedu;
   int device = 0;
@@ -131,6 +132,10 @@ void add_options(CLI::App& app, CliOptions& o) {
                  "Backward: time each of these counts of last key tiles handed out as two halves (-1: none; 0: "
                  "the library's rule)")
       ->delimiter(',')->check(CLI::Range(-1, 1 << 30));
+  app.add_option("--stored-ds", o.dq_from_stored_ds,
+                 "Backward: time each of these dQ forms (1: from a stored dS where supported, -1: dQ partials "
+                 "added in the workspace; 0: the library's rule)")
+      ->delimiter(',')->check(CLI::Range(-1, 1));
   app.add_option("--warmup", o.timing.warmup, "Untimed launches before timing")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--reps", o.timing.reps, "Timed launches (the median is reported)")
@@ -191,6 +196,7 @@ std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases
   const std::vector<int32_t>& lags = o.lag_dq_min_steps.empty() ? library_rule : o.lag_dq_min_steps;
   const std::vector<int32_t>& converts = o.dq_convert_sms.empty() ? library_rule : o.dq_convert_sms;
   const std::vector<int32_t>& splits = o.split_tail_tiles.empty() ? library_rule : o.split_tail_tiles;
+  const std::vector<int32_t>& stored = o.dq_from_stored_ds.empty() ? library_rule : o.dq_from_stored_ds;
   std::vector<std::vector<Case>> out;
   for (const Case& c : cases) {
     std::vector<Case>& group = out.emplace_back();
@@ -201,16 +207,18 @@ std::vector<std::vector<Case>> expand_experiments(const std::vector<Case>& cases
         for (int32_t s : sections)
           for (int32_t lag : c.direction == Direction::kBwd ? lags : library_rule)
             for (int32_t conv : c.direction == Direction::kBwd ? converts : library_rule)
-              for (int32_t split : c.direction == Direction::kBwd ? splits : library_rule) {
-                Case v = c;
-                v.kernel = k;
-                v.variant = find_fwd_variant(variant).name;
-                v.l2_section_pairs = s;
-                v.lag_dq_min_steps = lag;
-                v.dq_convert_sms = conv;
-                v.split_tail_tiles = split;
-                group.push_back(v);
-              }
+              for (int32_t split : c.direction == Direction::kBwd ? splits : library_rule)
+                for (int32_t sds : c.direction == Direction::kBwd ? stored : library_rule) {
+                  Case v = c;
+                  v.kernel = k;
+                  v.variant = find_fwd_variant(variant).name;
+                  v.l2_section_pairs = s;
+                  v.lag_dq_min_steps = lag;
+                  v.dq_convert_sms = conv;
+                  v.split_tail_tiles = split;
+                  v.dq_from_stored_ds = sds;
+                  group.push_back(v);
+                }
   }
   return out;
 }

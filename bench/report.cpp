@@ -41,6 +41,7 @@ void TablePrinter::print(const Case& c, const CaseResult& r) {
   if (c.lag_dq_min_steps > 0) variant += " [lag " + std::to_string(c.lag_dq_min_steps) + "]";
   if (c.dq_convert_sms != 0) variant += " [dq convert " + std::to_string(c.dq_convert_sms) + "]";
   if (c.split_tail_tiles != 0) variant += " [split tail " + std::to_string(c.split_tail_tiles) + "]";
+  if (c.dq_from_stored_ds != 0) variant += " [stored dS " + std::to_string(c.dq_from_stored_ds) + "]";
   if (r.supported)
     std::printf("%9.4f %8.1f  %s%s\n", r.timing.median_ms, r.tflops, r.kernel.c_str(),
                 variant.c_str());
@@ -74,6 +75,7 @@ nlohmann::ordered_json json_record(const Case& c, const CaseResult& r, const Ben
   j["lag_dq_min_steps"] = c.lag_dq_min_steps;  // 0: the library's rule
   j["dq_convert_sms"] = c.dq_convert_sms;      // 0: the library's rule
   j["split_tail_tiles"] = c.split_tail_tiles;  // 0: the library's rule
+  j["dq_from_stored_ds"] = c.dq_from_stored_ds;  // 0: the library's rule
   if (c.direction == Direction::kBwd) j["deterministic"] = c.deterministic;
   if (r.supported) {
     j["flops"] = r.flops;

@@ -113,6 +113,7 @@ hopattn::BwdParams make_bwd_params(const Case& c, const BufferSet& b) {
   p.tuning.lag_dq_min_steps = c.lag_dq_min_steps;
   p.tuning.dq_convert_sms = c.dq_convert_sms;
   p.tuning.split_tail_tiles = c.split_tail_tiles;
+  p.tuning.dq_from_stored_ds = c.dq_from_stored_ds;
   return p;
 }
 

@@ -198,6 +198,7 @@ kernels::BwdArgs make_bwd_args(const BwdParams& p, const FwdProblem& prob, const
   a.lag_dq_min_steps = p.tuning.lag_dq_min_steps;
   a.dq_convert_sms = p.tuning.dq_convert_sms;
   a.split_tail_tiles = p.tuning.split_tail_tiles;
+  a.dq_from_stored_ds = p.tuning.dq_from_stored_ds;
   return a;
 }
 

@@ -46,6 +46,9 @@ FwdProblem validate_bwd(const BwdParams& p, const DeviceInfo& dev) {
   if (p.tuning.split_tail_tiles < -1)
     fail("tuning.split_tail_tiles", "must be >= -1 (-1 = none, 0 = the library's rule), got " +
                                         std::to_string(p.tuning.split_tail_tiles));
+  if (p.tuning.dq_from_stored_ds < -1 || p.tuning.dq_from_stored_ds > 1)
+    fail("tuning.dq_from_stored_ds", "must be -1 (never), 0 (the library's rule) or 1 (where supported), got " +
+                                         std::to_string(p.tuning.dq_from_stored_ds));
   return prob;
 }
 

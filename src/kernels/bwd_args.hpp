@@ -25,6 +25,7 @@ struct BwdArgs : ProblemArgs {
   int32_t lag_dq_min_steps = 0;  // BwdTuning::lag_dq_min_steps
   int32_t dq_convert_sms = 0;    // BwdTuning::dq_convert_sms
   int32_t split_tail_tiles = 0;  // BwdTuning::split_tail_tiles
+  int32_t dq_from_stored_ds = 0;  // BwdTuning::dq_from_stored_ds
 };
 
 // The problems a dense backward kernel (BwdKernel::dense) takes: no causal or window mask, no

@@ -49,6 +49,9 @@ endforeach()
 # session 46): d128 +1.6 / 2.3 / 2.9 / 4.0 / 3.1% at 1k / 2k / 4k / 8k / 16k (and +4.1 / 4.3% at
 # 2k / 8k in a second call), d64 +1.8 / 2.1% at 1k / 16k, d256 +0.6 / 1.4% at 1k / 16k; session 47:
 # d96 +2.0 / 3.0 / 1.6% at 1k / 4k / 16k, d192 +0.1 / 2.6 / 1.6%. Every head dim has one.
+# At d192 and d256 each backward instance (dense or not) also holds the stored-dS main kernel
+# and the dQ kernel that reads it (src/kernels/bwd/stored_ds.hpp; launch.hpp picks them at run
+# time by stored_ds_rule.hpp): two more kernels per wide instance, no entry of their own.
 set(_short_max_keys_96 2048)
 set(_short_max_keys_128 4096)
 set(_masked_max_keys_64 1024)

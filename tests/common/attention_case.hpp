@@ -34,6 +34,7 @@ struct AttnCase {
   int lag_dq_min_steps = 0;             // backward only: BwdTuning::lag_dq_min_steps
   int dq_convert_sms = 0;               // backward only: BwdTuning::dq_convert_sms (-1: after the main kernel)
   int split_tail_tiles = 0;             // backward only: BwdTuning::split_tail_tiles (-1: none)
+  int dq_from_stored_ds = 0;            // backward only: BwdTuning::dq_from_stored_ds (1: where supported)
   int max_ctas = 0;                     // forward only: > 0 plans for this many SMs, so that each
                                         // persistent CTA runs many tiles of a small problem
   // K rows at positions < gain_keys of each sequence are multiplied by key_gain (apply_key_gain):
@@ -62,6 +63,7 @@ struct AttnCase {
     if (lag_dq_min_steps > 0) os << "_lag" << lag_dq_min_steps;
     if (dq_convert_sms != 0) os << "_dqconv" << dq_convert_sms;
     if (split_tail_tiles != 0) os << "_split" << split_tail_tiles;
+    if (dq_from_stored_ds != 0) os << "_storedds" << (dq_from_stored_ds > 0 ? "on" : "off");
     if (max_ctas > 0) os << "_ctas" << max_ctas;
     if (gain_keys) os << "_gain" << int(key_gain) << "below" << gain_keys;
     std::string s = os.str();

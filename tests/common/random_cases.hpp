@@ -1,9 +1,9 @@
 // A random sweep over the option space of the forward, backward and FP8 forward tests: the
 // hand-picked coverage lists name each feature once or twice, and this draws combinations of them
 // (head dim, dtype, GQA ratio, unequal and ragged lengths, causal and windowed masks, softcap,
-// scale, variable length with empty sequences, strided rows, deterministic mode; for the forward
-// also few persistent CTAs, each running many tiles, and keys scaled up so that late key blocks
-// lift the kept row offsets) that nobody listed. The FP8 suite draws its descale options on top
+// scale, variable length with empty sequences, strided rows, deterministic mode and the dQ form;
+// for the forward also few persistent CTAs, each running many tiles, and keys scaled up so that
+// late key blocks lift the kept row offsets) that nobody listed. The FP8 suite draws its descale options on top
 // (test_fwd_fp8.cpp).
 // The draw is fixed by a seed (for one standard library: the distributions are its own), so a
 // failure reproduces from the test's name; HOPATTN_SWEEP_SEED and HOPATTN_SWEEP_CASES
@@ -95,6 +95,9 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
   }
   if (dir == SweepDirection::kBackward) {
     if (chance(0.2)) c.deterministic = true;
+    // dQ from a stored dS (d256, fixed lengths): the rule takes it up to 2048 keys, so a fixed
+    // d256 draw would seldom run the dQ adds; force each form now and then.
+    if (chance(0.3)) c.dq_from_stored_ds = chance(0.5) ? 1 : -1;
   } else {
     // Few CTAs for the problem's tiles: state carried from tile to tile in a persistent CTA.
     if (chance(0.2)) c.max_ctas = pick(1, 4);

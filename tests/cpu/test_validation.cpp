@@ -12,6 +12,7 @@
 #include "hopattn/hopattn.hpp"
 #include "kernels/bwd/dq_convert_rule.hpp"
 #include "kernels/bwd/l2_sections.hpp"
+#include "kernels/bwd/stored_ds_rule.hpp"
 #include "kernels/bwd/tail_split_rule.hpp"
 #include "kernels/fwd/l2_sections.hpp"
 
@@ -284,6 +285,37 @@ TEST(TailSplitRule, SplitsTheLastWaveWhereItsHalvesFitOneWave) {
   EXPECT_EQ(split_tail_tiles_rule(100, 132), 0);            // one wave: grid = tiles
   EXPECT_EQ(split_tail_tiles_rule(132, 132), 0);
   EXPECT_EQ(split_tail_tiles_rule(5, 1), 0);
+}
+
+TEST(StoredDsRule, FixedLengthsUpTo2kKeysOrForcedUpTo4k) {
+  using hopattn::kernels::BwdArgs;
+  using hopattn::kernels::bwd::stored_ds_rule;
+  BwdArgs a;
+  a.batch = 32;
+  a.nheads = a.nheads_k = 8;
+  a.seqlen_q = a.seqlen_k = 512;
+  EXPECT_TRUE(stored_ds_rule(a));
+  a.seqlen_k = 2048;
+  EXPECT_TRUE(stored_ds_rule(a));
+  a.seqlen_k = 2049;
+  EXPECT_FALSE(stored_ds_rule(a));
+  a.dq_from_stored_ds = 1;  // forced: up to 4096 keys
+  EXPECT_TRUE(stored_ds_rule(a));
+  a.seqlen_k = 4097;
+  EXPECT_FALSE(stored_ds_rule(a));
+  a.seqlen_k = 512;
+  a.dq_from_stored_ds = -1;
+  EXPECT_FALSE(stored_ds_rule(a));
+  a.dq_from_stored_ds = 1;
+  const int32_t lengths[2] = {0, 512};
+  a.cu_seqlens_q = lengths;  // variable lengths: never
+  EXPECT_FALSE(stored_ds_rule(a));
+  a.cu_seqlens_q = nullptr;
+  a.seqused_k = lengths;
+  EXPECT_FALSE(stored_ds_rule(a));
+  a.seqused_k = nullptr;
+  a.seqlen_q = 0;  // no queries: nothing to store
+  EXPECT_FALSE(stored_ds_rule(a));
 }
 
 TEST(DqConvertRule, SmsGoAsOneOverVisibleKeys) {
@@ -658,6 +690,8 @@ TEST(BwdValidation, GradientShapesAndDtypes) {
       {&BwdTuning::lag_dq_min_steps, -1, "tuning.lag_dq_min_steps"},
       {&BwdTuning::dq_convert_sms, -2, "tuning.dq_convert_sms"},
       {&BwdTuning::split_tail_tiles, -2, "tuning.split_tail_tiles"},
+      {&BwdTuning::dq_from_stored_ds, -2, "tuning.dq_from_stored_ds"},
+      {&BwdTuning::dq_from_stored_ds, 2, "tuning.dq_from_stored_ds"},
   };
   for (const auto& k : knobs) {
     p.tuning.*k.knob = k.bad;

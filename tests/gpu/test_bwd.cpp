@@ -98,6 +98,7 @@ TEST_P(BwdTest, MatchesFloat64Reference) {
   p.tuning.l2_section_pairs = c.l2_section_pairs;
   p.tuning.dq_convert_sms = c.dq_convert_sms;
   p.tuning.split_tail_tiles = c.split_tail_tiles;
+  p.tuning.dq_from_stored_ds = c.dq_from_stored_ds;
 
   Plan fplan, bplan;
   try {
@@ -246,12 +247,12 @@ std::vector<BwdCase> coverage() {
   // The d256 writer keeps one bulk op in flight (two dQ pieces, dq_writer.hpp): its first stores
   // and ordered adds across sequences of one step, of none, and of many.
   add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; });
-  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.seqlen_q = 200; c.seqlen_k = 1100; });  // dq_accum cleared
+  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.seqlen_q = 200; c.seqlen_k = 1100; c.dq_from_stored_ds = -1; });  // dq_accum cleared
   add([](BwdCase& c) { c.head_dim = 192; c.deterministic = true; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; });
   // dq_accum cleared under a mask (bwd/launch.hpp, clears_dq_accum: the 64-key tiles beyond 1024
   // keys), also in the deterministic order; every other masked or deterministic case above has
   // its first writer of each query block store instead.
-  add([](BwdCase& c) { c.head_dim = 256; c.causal = true; c.seqlen_q = 200; c.seqlen_k = 1100; });
+  add([](BwdCase& c) { c.head_dim = 256; c.causal = true; c.seqlen_q = 200; c.seqlen_k = 1100; c.dq_from_stored_ds = -1; });
   add([](BwdCase& c) { c.head_dim = 192; c.deterministic = true; c.causal = true; c.seqlen_q = 300; c.seqlen_k = 1100; });
   // dQ converted after the main kernel (-1) where the library's rule converts it during the main
   // kernel (bwd/dq_convert_rule.hpp: every case above up to 2k keys but the deterministic ones),
@@ -260,7 +261,7 @@ std::vector<BwdCase> coverage() {
   // but one (one main CTA runs every tile while the others wait for its pairs).
   for (int d : {64, 128, 256})
     for (bool causal : {false, true})
-      add([&](BwdCase& c) { c.head_dim = d; c.causal = causal; c.dq_convert_sms = -1; });
+      add([&](BwdCase& c) { c.head_dim = d; c.causal = causal; c.dq_convert_sms = -1; c.dq_from_stored_ds = -1; });
   add([](BwdCase& c) { c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.dq_convert_sms = -1; });
   add([](BwdCase& c) { c.head_dim = 64; c.seqlen_q = 300; c.seqlen_k = 4500; c.causal = true; c.dq_convert_sms = 8; });
   add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 200; c.seqlen_k = 4200; c.dq_convert_sms = 8; });  // dq_accum cleared
@@ -268,7 +269,7 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.head_dim = 256; c.varlen_q = {100, 0, 257, 1}; c.varlen_k = {64, 5, 300, 0}; c.dq_convert_sms = 1; });
   add([](BwdCase& c) { c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.nheads = 8; c.nheads_k = 2; c.dq_convert_sms = 1; });
   add([](BwdCase& c) { c.batch = 3; c.seqlen_q = 300; c.seqlen_k = 400; c.causal = true; c.dq_convert_sms = 100000; });
-  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.batch = 3; c.seqlen_q = 300; c.seqlen_k = 400; c.dq_convert_sms = 100000; });
+  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.batch = 3; c.seqlen_q = 300; c.seqlen_k = 400; c.dq_convert_sms = 100000; c.dq_from_stored_ds = -1; });
   // Key tiles handed out as two halves of their query walk (bwd/tail_split.hpp; the rule takes
   // only problems of more than one wave of tiles): every tile (a huge count), and the last few,
   // with dq_accum cleared (d256 beyond 1024 keys) or first stores, under masks, GQA (each half
@@ -278,7 +279,7 @@ std::vector<BwdCase> coverage() {
   for (int d : {64, 128, 256})
     for (bool causal : {false, true})
       add([&](BwdCase& c) { c.head_dim = d; c.causal = causal; c.split_tail_tiles = 100000; });
-  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 300; c.seqlen_k = 1100; c.causal = true; c.split_tail_tiles = 100000; });
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 300; c.seqlen_k = 1100; c.causal = true; c.split_tail_tiles = 100000; c.dq_from_stored_ds = -1; });
   add([](BwdCase& c) { c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 500; c.seqlen_k = 333; c.causal = true; c.split_tail_tiles = 3; });
   add([](BwdCase& c) { c.head_dim = 192; c.nheads = 6; c.nheads_k = 1; c.seqlen_q = 300; c.seqlen_k = 200; c.split_tail_tiles = 100000; });
   add([](BwdCase& c) { c.varlen_q = {129, 0, 300, 17}; c.varlen_k = {200, 5, 300, 1}; c.causal = true; c.split_tail_tiles = 100000; });
@@ -288,6 +289,28 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.head_dim = 128; c.batch = 1; c.nheads = 1; c.nheads_k = 1; c.seqlen_q = 100; c.seqlen_k = 300; c.split_tail_tiles = 1; c.dq_convert_sms = 4; });
   add([](BwdCase& c) { c.head_dim = 64; c.batch = 1; c.nheads = 5; c.nheads_k = 5; c.seqlen_q = 64; c.seqlen_k = 4096; });
   add([](BwdCase& c) { c.head_dim = 64; c.batch = 1; c.nheads = 5; c.nheads_k = 5; c.seqlen_q = 64; c.seqlen_k = 4096; c.split_tail_tiles = -1; });
+  // dQ from a stored dS (bwd/stored_ds.hpp; the rule takes d256 problems of fixed lengths up to
+  // 2048 keys, so most d256 cases above run it; those that test the dQ adds' own forms at d256
+  // force it off): forced on past the rule (2.1k, 4k keys), under
+  // every mask and option with ragged lengths, with split tiles, in fp16; forced off (the dQ
+  // adds) where the rule would take it; forced on where it does not apply (varlen: ignored).
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 2000; c.seqlen_k = 2100; c.causal = true; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.batch = 1; c.seqlen_q = 129; c.seqlen_k = 4096; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 333; c.seqlen_k = 500; c.causal = true; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 500; c.seqlen_k = 333; c.causal = true; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.window_left = 100; c.window_right = 30; c.seqlen_q = 500; c.seqlen_k = 700; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.softcap = 5.f; c.seqlen_q = 65; c.seqlen_k = 63; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 1; c.seqlen_k = 700; c.causal = true; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.row_pad = 8; c.seqlen_q = 190; c.seqlen_k = 257; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 384; c.seqlen_k = 512; c.dq_from_stored_ds = 1; });  // the dense kernel
+  add([](BwdCase& c) { c.head_dim = 256; c.dtype = DType::kFloat16; c.seqlen_q = 300; c.seqlen_k = 300; c.causal = true; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.deterministic = true; c.seqlen_q = 700; c.seqlen_k = 900; c.causal = true; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 300; c.seqlen_k = 1000; c.causal = true; c.split_tail_tiles = 100000; c.dq_from_stored_ds = 1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 1000; c.seqlen_k = 10; c.causal = true; c.dq_from_stored_ds = 1; });  // rows with no key
+  add([](BwdCase& c) { c.head_dim = 256; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.dq_from_stored_ds = 1; });
+  for (bool causal : {false, true})
+    add([&](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 500; c.seqlen_k = 700; c.causal = causal; c.dq_from_stored_ds = -1; });
+  add([](BwdCase& c) { c.head_dim = 256; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.deterministic = true; c.dq_from_stored_ds = -1; });
   return cases;
 }
 

@@ -16,6 +16,9 @@
 //   its dP^T too where dO has as many stages as Q (d = 192); else (d = 256: two Q stages, one
 //   dO) dP^T is issued at the step's start, when its dO has had the hand-off's time to land.
 //   The tile's last step frees K and V before its last hand-off (which waits for the writer).
+// With a stored dS (T::kStoreDs, stored_ds.hpp) there are no dQ GEMMs: once both warpgroups'
+// dS^T is in shared memory, thread 0 stores it to global memory (TMA) for the dQ kernel, and
+// the next step's S^T is issued right after dV and dK.
 // Registers per thread at d = 256: dK, dV 64 each for the whole tile, S^T, dP^T 16 each, the dQ
 // chunks 64 together. The dQ chunks do not reuse the registers of S^T and dP^T (dead by
 // then): sharing them made ptxas serialize every WGMMA (C7511).
@@ -26,6 +29,7 @@
 #include "kernels/bwd/consumer_common.hpp"
 #include "kernels/bwd/dq_writer.hpp"
 #include "kernels/bwd/score_grads.hpp"
+#include "kernels/bwd/stored_ds.hpp"
 #include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/consumer.hpp"
 #include "kernels/fwd/pipeline.hpp"
@@ -113,26 +117,27 @@ struct BwdWideConsumer {
       Tensor tdQrdQ = make_tensor<float>(append(shape(LayoutDq{}), Int<kDqChunks>{}));  // (frag..., chunk)
       warpgroup_fence_operand(tSrS);
       warpgroup_fence_operand(tSrdP);
-      warpgroup_fence_operand(tdQrdQ);
+      if constexpr (!T::kStoreDs) warpgroup_fence_operand(tdQrdQ);
       StepCursor cur{w.m_first, w.m_begin, w.m_end};
-      // S^T of the step in q_pipe's stage once its Q has landed; dP^T likewise with dO.
-      auto issue_st = [&](int salt) {
+      // S^T of the step in Q's ring position qp once its Q has landed; dP^T likewise with dO.
+      auto issue_st = [&](int salt, const auto& qp) {
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
             wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
-        fwd::wait_full(smem.q_full[q_pipe.stage()], q_pipe.phase());
-        issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, q_pipe.stage()), tSrS);
+        fwd::wait_full(smem.q_full[qp.stage()], qp.phase());
+        issue_wgmma<true, false>(mma_sdp, tSrK, tSrQ(_, _, _, qp.stage()), tSrS);
       };
-      auto issue_dpt = [&](int salt) {
+      auto issue_dpt = [&](int salt, const auto& dp) {
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
             wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
-        fwd::wait_full(smem.do_full[do_pipe.stage()], do_pipe.phase());
-        issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, do_pipe.stage()), tSrdP);
+        fwd::wait_full(smem.do_full[dp.stage()], dp.phase());
+        issue_wgmma<true, false>(mma_sdp, tSrV, tSrdO(_, _, _, dp.stage()), tSrdP);
       };
-      // What a step prefetches for the next: S^T, and dP^T too where dO has as many stages as Q.
+      // What a step prefetches for the next: S^T, and dP^T too where dO has as many stages as Q;
+      // from the ring positions given (the pipes' current ones once the step has advanced them).
       constexpr int kPrefetched = T::kPrefetchDpT ? 2 : 1;
-      auto issue_prefetch = [&](int salt) {
-        issue_st(salt);
-        if constexpr (T::kPrefetchDpT) issue_dpt(salt);
+      auto issue_prefetch = [&](int salt, const auto& qp, const auto& dp) {
+        issue_st(salt, qp);
+        if constexpr (T::kPrefetchDpT) issue_dpt(salt, dp);
       };
       // One step. With kPrefetch, the next step's S^T (and dP^T, kPrefetchDpT) are issued before
       // the last dQ chunk is handed off, so that the tensor cores run through the hand-off; they
@@ -141,6 +146,38 @@ struct BwdWideConsumer {
       // and runs under the exps. The last step is a separate instance so that the number of
       // GEMM batches in flight never depends on a branch (C7518). The tile's last step (kLast)
       // frees K and V once its last dQ chunk GEMM is done, before that chunk's hand-off.
+      // The end of a step of the stored-dS kernel (T::kStoreDs), which has no dQ GEMMs: the next
+      // step's S^T (and dP^T) are issued under dV and dK, from the ring positions after this
+      // step's; once dV and dK are done the Q and dO stages are freed (and K, V in the tile's
+      // last step, whose last readers were its S^T and dP^T).
+      auto finish_step_without_dq = [&](int salt, auto prefetch, auto last) {
+        constexpr bool kPrefetch = decltype(prefetch)::value;
+        constexpr bool kLast = decltype(last)::value;
+        if constexpr (kPrefetch) {
+          auto next_q = q_pipe;
+          auto next_do = do_pipe;
+          next_q.advance();
+          next_do.advance();
+          issue_prefetch(salt, next_q, next_do);
+          warpgroup_wait<kPrefetched>();
+        } else {
+          warpgroup_wait<0>();
+        }
+        warpgroup_fence_operand(tdVrdV);
+        warpgroup_fence_operand(tdKrdK);
+        if constexpr (kLast) {
+          tl.mark(kBwdLastDkvDone);
+          release_kv(smem);
+          tl.mark(kBwdKvReleased);
+        }
+        fwd::release(smem.do_empty[do_pipe.stage()]);
+        fwd::release(smem.q_empty[q_pipe.stage()]);
+        q_pipe.advance();
+        do_pipe.advance();
+        cur.advance();
+        if constexpr (kPrefetch) warpgroup_wait<0>();
+        if constexpr (kLast) tl.mark(kBwdLastStepDone);
+      };
       auto step = [&](int i, auto prefetch, auto last) {
         constexpr bool kPrefetch = decltype(prefetch)::value;
         constexpr bool kLast = decltype(last)::value;
@@ -150,11 +187,11 @@ struct BwdWideConsumer {
         auto [tSrK, tSrV, tSrQ, tSrdO, tdVsPt, tdKsdSt, tdVsdOt, tdKsQt, tdQsdS] =
             wide_operand_views<T>(smem, salt, wg, mma_sdp, mma_dkv, mma_dq);
         if constexpr (!kOverlapSteps) {
-          issue_st(salt);
-          issue_dpt(salt);
+          issue_st(salt, q_pipe);
+          issue_dpt(salt, do_pipe);
           warpgroup_wait<1>();  // S^T is ready; dP^T may still run
         } else if constexpr (!T::kPrefetchDpT) {
-          issue_dpt(salt);  // S^T completed in the previous step (or the prologue)
+          issue_dpt(salt, do_pipe);  // S^T completed in the previous step (or the prologue)
         }  // else both did
         warpgroup_fence_operand(tSrS);
         scores_to_probs(p, tSrS, tScS, w, m, smem.lse_log2[qs]);
@@ -172,52 +209,65 @@ struct BwdWideConsumer {
         convert_into(tSrdP, tSrdS16);
         copy(st_copy, st_thr.retile_S(tSrdS16), tdSsdS(_, _, _, buf));
         cutlass::arch::fence_view_async_shared();  // generic writes -> WGMMA (async proxy) reads
+        // Stored dS: the previous step's store (the only one in flight) has read the other
+        // buffer, which the next step fills once this barrier has passed.
+        if constexpr (T::kStoreDs) {
+          if (tid == 0) cute::tma_store_wait<0>();
+        }
         named_barrier_sync(kDsReadyBarrier, T::kNumConsumerThreads);
+        if constexpr (T::kStoreDs) {
+          if (tid == 0) store_ds_tile<T>(p, smem, buf, w, w.kv_head * p.head_group + i / (w.m_end - w.m_begin), m);
+        }
 
         auto tdVsPt_buf = tdVsPt(_, _, _, buf);  // lvalues: issue_wgmma takes A by reference
         auto tdKsdSt_buf = tdKsdSt(_, _, _, buf);
         auto tdQsdS_buf = tdQsdS(_, _, _, buf);
         issue_wgmma<false, false>(mma_dkv, tdVsPt_buf, tdVsdOt(_, _, _, ds), tdVrdV);
         issue_wgmma<false, false>(mma_dkv, tdKsdSt_buf, tdKsQt(_, _, _, qs), tdKrdK);
-        for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
-          auto tdQrdQ_c = tdQrdQ(_, _, _, c);
-          issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks + c, mma_dq),
-                                   tdQrdQ_c);
-        });
-        if constexpr (T::kPdsBuffers == 2) buf ^= 1;
+        if constexpr (T::kStoreDs) {
+          buf ^= 1;
+          finish_step_without_dq(salt, prefetch, last);
+        } else {
+          for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
+            auto tdQrdQ_c = tdQrdQ(_, _, _, c);
+            issue_wgmma<true, false>(mma_dq, tdQsdS_buf, kt_chunk_view<T>(smem, salt, wg * kDqChunks + c, mma_dq),
+                                     tdQrdQ_c);
+          });
+          if constexpr (T::kPdsBuffers == 2) buf ^= 1;
 
-        // dV and dK (the last readers of this Q and dO stage) complete before the dQ chunks.
-        warpgroup_wait<kDqChunks>();
-        warpgroup_fence_operand(tdVrdV);
-        warpgroup_fence_operand(tdKrdK);
-        if constexpr (kLast) tl.mark(kBwdLastDkvDone);
-        fwd::release(smem.do_empty[ds]);
-        fwd::release(smem.q_empty[qs]);
-        q_pipe.advance();
-        do_pipe.advance();
-        cur.advance();
-        // Each chunk goes to the writer as soon as its GEMM is done; the later ones run meanwhile.
-        for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
-          constexpr int kLater = kDqChunks - 1 - decltype(c)::value;  // dQ GEMMs issued after this one
-          if constexpr (kPrefetch && kLater == 0) {
-            issue_prefetch(salt);
-            warpgroup_wait<kPrefetched>();
-          } else {
-            warpgroup_wait<kLater>();
-            if constexpr (kLast && kLater == 0) {
-              release_kv(smem);
-              tl.mark(kBwdKvReleased);
+          // dV and dK (the last readers of this Q and dO stage) complete before the dQ chunks.
+          warpgroup_wait<kDqChunks>();
+          warpgroup_fence_operand(tdVrdV);
+          warpgroup_fence_operand(tdKrdK);
+          if constexpr (kLast) tl.mark(kBwdLastDkvDone);
+          fwd::release(smem.do_empty[ds]);
+          fwd::release(smem.q_empty[qs]);
+          q_pipe.advance();
+          do_pipe.advance();
+          cur.advance();
+          // Each chunk goes to the writer as soon as its GEMM is done; the later ones run meanwhile.
+          for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
+            constexpr int kLater = kDqChunks - 1 - decltype(c)::value;  // dQ GEMMs issued after this one
+            if constexpr (kPrefetch && kLater == 0) {
+              issue_prefetch(salt, q_pipe, do_pipe);
+              warpgroup_wait<kPrefetched>();
+            } else {
+              warpgroup_wait<kLater>();
+              if constexpr (kLast && kLater == 0) {
+                release_kv(smem);
+                tl.mark(kBwdKvReleased);
+              }
             }
-          }
-          auto tdQrdQ_c = tdQrdQ(_, _, _, c);
-          warpgroup_fence_operand(tdQrdQ_c);
-          hand_off_dq<T>(smem, dq_pipe, tdQrdQ_c, tid);
-        });
-        if constexpr (kPrefetch) warpgroup_wait<0>();
-        if constexpr (kLast) tl.mark(kBwdLastStepDone);
+            auto tdQrdQ_c = tdQrdQ(_, _, _, c);
+            warpgroup_fence_operand(tdQrdQ_c);
+            hand_off_dq<T>(smem, dq_pipe, tdQrdQ_c, tid);
+          });
+          if constexpr (kPrefetch) warpgroup_wait<0>();
+          if constexpr (kLast) tl.mark(kBwdLastStepDone);
+        }
       };
       if constexpr (kOverlapSteps) {
-        issue_prefetch(0);
+        issue_prefetch(0, q_pipe, do_pipe);
         warpgroup_wait<0>();
         tl.mark(kBwdFirstScoresDone);
         for (int i = 0; i + 1 < steps; ++i) step(i, cute::true_type{}, cute::false_type{});
@@ -230,6 +280,10 @@ struct BwdWideConsumer {
         step(steps - 1, cute::false_type{}, cute::true_type{});
       }
     });
+    // The stored dS has landed before the CTA leaves (the dQ kernel reads it after this grid).
+    if constexpr (T::kStoreDs) {
+      if (tid == 0) bulk_wait_all();
+    }
   }
 };
 

@@ -1,5 +1,6 @@
 // The backward main kernel: one CTA per SM (persistent), one tile = a block of keys of one KV
-// head. Warpgroup 0: warp 0 loads, warp 1 writes dQ; warpgroups 1..2 compute, with one of two
+// head. Warpgroup 0: warp 0 loads, warp 1 writes dQ (idle where the consumers store dS for the
+// dQ kernel instead, stored_ds.hpp); warpgroups 1..2 compute, with one of two
 // consumer policies: d <= 128, each warpgroup owns half of the tile's keys (consumer.hpp);
 // d = 192, 256, both share the keys and split the head dim (consumer_wide.hpp). See
 // docs/design/bwd.md for the schedule and the meaning of each barrier.
@@ -45,7 +46,8 @@ __device__ __forceinline__ void init_bwd_barriers(typename T::SharedStorage& sme
     EmptyBarrier::init(&smem.dq_full[b], num_consumer_threads);  // every consumer has stored its dQ piece
     EmptyBarrier::init(&smem.dq_empty[b], 1);  // the writer arrives once its copy has read the buffer
   }
-  smem.tiles.init(num_consumer_threads + 1);  // consumers + the writer's lane 0
+  // The consumers and the dQ writer's lane 0; with a stored dS (T::kStoreDs) there is no writer.
+  smem.tiles.init(num_consumer_threads + (T::kStoreDs ? 0 : 1));
 }
 
 template <class T>
@@ -70,6 +72,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
     cute::prefetch_tma_descriptor(p.tma_do.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     cute::prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+    if constexpr (T::kStoreDs) cute::prefetch_tma_descriptor(p.tma_ds.get_tma_descriptor());
   }
   cutlass::arch::fence_barrier_init();
   __syncthreads();
@@ -87,7 +90,7 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<T::kProducerRegs>();
     if (warp == 0 && cute::elect_one_sync()) bwd_producer_loop<T>(p, smem, sched);
-    else if (warp == 1 && threadIdx.x % 32 == 0) dq_writer_loop<T>(p, smem, sched);
+    else if (!T::kStoreDs && warp == 1 && threadIdx.x % 32 == 0) dq_writer_loop<T>(p, smem, sched);
   } else {
     cutlass::arch::warpgroup_reg_alloc<T::kConsumerRegs>();
     const int tid = int(threadIdx.x) - 128;

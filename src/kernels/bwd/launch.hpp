@@ -1,7 +1,8 @@
 // Host side of the backward pass: workspace carving, TMA descriptors, scheduler sizing, and the
 // launches (one memset of the counters and the query-block states, preprocess (clearing
 // dq_accum where every dQ writer adds), main kernel, postprocess (after the main kernel, or
-// concurrent with it)), all on one stream and graph-capturable.
+// concurrent with it); or, where dQ comes from a stored dS (stored_ds.hpp), the main kernel that
+// stores it and the dQ kernel), all on one stream and graph-capturable.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -20,7 +21,10 @@
 #include "kernels/bwd/l2_sections.hpp"
 #include "kernels/bwd/postprocess.hpp"
 #include "kernels/bwd/preprocess.hpp"
+#include "kernels/bwd/stored_ds.hpp"
+#include "kernels/bwd/stored_ds_rule.hpp"
 #include "kernels/bwd/tail_split_rule.hpp"
+#include "kernels/bwd/tile_table.hpp"
 #include "kernels/bwd/workspace.hpp"
 #include "kernels/bwd_args.hpp"
 #include "kernels/fwd/launch.hpp"
@@ -30,10 +34,49 @@ namespace hopattn::kernels::bwd {
 template <class T>
 int split_tail_tiles(const BwdArgs& a);
 
+// Whether T's launch has a stored-dS main kernel (stored_ds.hpp): the wide kernel (d192, d256),
+// whose dQ adds bound it (perf-log, sessions 30-31) and whose two P/dS buffers let a TMA store
+// read one while the next step fills the other. Measured on an H100 (session 48): +16..23% at
+// 512 keys at both head dims.
+template <class T>
+constexpr bool has_stored_ds_kernel() {
+  if constexpr (T::kStoreDs || !T::kSplitHeadDim) return false;  // the narrow traits have no kPdsBuffers
+  else return T::kPdsBuffers == 2;
+}
+
+// Whether the backward stores dS and computes dQ in a second kernel (stored_ds.hpp) rather than
+// adding dQ partials into dq_accum: stored_ds_rule.hpp.
+template <class T>
+bool uses_stored_ds(const BwdArgs& a) {
+  if constexpr (T::kStoreDs) return true;
+  else if constexpr (!has_stored_ds_kernel<T>()) return false;
+  else return stored_ds_rule(a);
+}
+
+// The stored dS^T as a global tensor (keys, queries, heads, batch), queries contiguous, in the
+// workspace's dq_accum region (stored_ds.hpp).
+template <class T>
+auto stored_ds_view(const BwdArgs& a, char* ds) {
+  using namespace cute;
+  const int64_t keys = (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN * T::kBlockN;
+  const int64_t queries = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM * T::kBlockM;
+  auto shape = make_shape(int32_t(keys), int32_t(queries), int32_t(a.nheads), int32_t(a.batch));
+  auto stride = make_stride(queries, _1{}, keys * queries, keys * queries * a.nheads);
+  return make_tensor(make_gmem_ptr(reinterpret_cast<const typename T::Element*>(ds)), shape, stride);
+}
+
+template <class T>
+size_t stored_ds_bytes(const BwdArgs& a) {
+  if (!uses_stored_ds<T>(a)) return 0;
+  const int64_t keys = (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN * T::kBlockN;
+  const int64_t queries = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM * T::kBlockM;
+  return size_t(keys * queries * a.nheads * a.batch) * sizeof(typename T::Element);
+}
+
 template <class T>
 WorkspaceLayout workspace_layout(const BwdArgs& a) {
   return WorkspaceLayout::make(a.varlen(), a.batch, a.seqlen_q, a.total_q, a.nheads, a.nheads_k, T::kHeadDim,
-                               T::kBlockM, split_tail_tiles<T>(a), T::kBlockN);
+                               T::kBlockM, split_tail_tiles<T>(a), T::kBlockN, stored_ds_bytes<T>(a));
 }
 
 template <class T>
@@ -54,6 +97,7 @@ size_t workspace_bytes(const BwdArgs& a) {
 // 1k), so unmasked problems take first stores only up to 1024 keys.
 template <class T>
 bool clears_dq_accum(const BwdArgs& a) {
+  if (uses_stored_ds<T>(a)) return false;  // no dq_accum
   const bool narrow_tiles_past_1k = T::kBlockN < 128 && a.seqlen_k > 1024;  // varlen: the longest sequence
   if (a.has_window() || a.deterministic) return narrow_tiles_past_1k;
   return a.seqlen_k > 1024;
@@ -67,7 +111,7 @@ int concurrent_dq_convert_sms(const BwdArgs& a) {
   // The conversion waits for the main kernel's tiles: only where it has some (launch: total_k > 0
   // and num_tiles > 0; varlen's longest sequence may be 0 keys with total_k > 0) and queries.
   const bool main_has_tiles = a.seqlen_k > 0 && (!a.varlen() || a.total_k > 0) && a.batch > 0 && a.nheads_k > 0;
-  if (!main_has_tiles || a.seqlen_q <= 0 || a.dq_convert_sms < 0 || a.num_sms < 2) return 0;
+  if (!main_has_tiles || a.seqlen_q <= 0 || a.dq_convert_sms < 0 || a.num_sms < 2 || uses_stored_ds<T>(a)) return 0;
   // Forced tail splitting: the conversion counts whole tiles per pair (postprocess.hpp).
   if (a.split_tail_tiles > 0) return 0;
   // Its work items (query blocks of every head) are counted in 32 bits, with room for the
@@ -145,6 +189,11 @@ BwdKernelParams<T> make_main_params(const BwdArgs& a, const WorkspaceLayout& wl,
       p.tma_dk = make_tma_copy(SM90_TMA_STORE{}, mdK, box, typename T::GradTileWg{}, _1{});
       p.tma_dv = make_tma_copy(SM90_TMA_STORE{}, mdV, box, typename T::GradTileWg{}, _1{});
     }
+  }
+  if constexpr (T::kStoreDs) {
+    auto mDs = stored_ds_view<T>(a, ws + wl.dq_accum_offset);
+    p.tma_ds = make_tma_copy(SM90_TMA_STORE{}, mDs, typename T::SmemLayoutDsTile{}, typename T::TileDs{}, _1{});
+    p.shape_ds = mDs.shape();
   }
   p.shape_q = mQ.shape();
   p.shape_k = mK.shape();
@@ -225,12 +274,59 @@ void launch_after_prior_grid(void (*kernel)(Params...), dim3 grid, dim3 block, s
   HOPATTN_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
+// The main kernel (and the split tiles' sums after it). Runs even without queries: its tiles
+// then write the zero dK and dV.
+template <class T>
+void launch_main(const BwdArgs& a, const WorkspaceLayout& wl, char* ws, cudaStream_t stream) {
+  if ((a.varlen() ? a.total_k : a.seqlen_k) <= 0) return;
+  BwdKernelParams<T> p = make_main_params<T>(a, wl, ws);
+  if (p.num_tiles <= 0) return;
+  p.tile_counter = reinterpret_cast<int*>(ws + WorkspaceLayout::kTileCounterOffset);
+  auto kernel = attention_bwd_kernel<T>;
+  HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
+  const int grid = std::min(p.num_tiles, a.num_sms - concurrent_dq_convert_sms<T>(a));
+  launch_after_prior_grid(kernel, dim3(grid), dim3(T::kNumThreads), T::kSmemBytes, stream, p);
+  if (p.num_items > p.num_tiles)  // split tiles: their dK and dV sums to the outputs
+    launch_after_prior_grid(bwd_split_tiles_kernel<T>, dim3(p.num_tiles - p.num_whole_tiles, 2), dim3(256), 0,
+                            stream, p);
+#ifdef HOPATTN_EXP_TIMELINE
+  fwd::timeline_print_kernel<<<1, 1, 0, stream>>>(/*bwd=*/true);
+#endif
+}
+
+// The dQ kernel of the stored-dS backward (stored_ds.hpp): one CTA per (query block, head,
+// batch entry), after the main kernel (PDL).
+template <class S>
+void launch_dq_from_ds(const BwdArgs& a, const WorkspaceLayout& wl, char* ws, cudaStream_t stream) {
+  using namespace cute;
+  DqFromDsParams<S> d{};
+  auto mDs = stored_ds_view<S>(a, ws + wl.dq_accum_offset);
+  auto mK = fwd::make_gmem_view<S>(a.k, a.k_stride, a.seqlen_k, a.nheads_k, a.batch, /*varlen=*/false);
+  d.tma_ds = make_tma_copy(SM90_TMA_LOAD{}, mDs, typename S::SmemLayoutDsTile{}, typename S::TileDs{}, _1{});
+  d.tma_k = make_tma_copy(SM90_TMA_LOAD{}, mK, typename S::SmemLayoutK{}, typename S::TileKV{}, _1{});
+  d.shape_ds = mDs.shape();
+  d.shape_k = mK.shape();
+  d.dq = static_cast<typename S::Element*>(a.dq);
+  d.dq_stride = a.dq_stride;
+  d.seqlen_q = a.seqlen_q;
+  d.seqlen_k = a.seqlen_k;
+  d.window_left = a.window_left;
+  d.window_right = a.window_right;
+  d.head_group = a.nheads / a.nheads_k;
+  d.num_n_blocks = int((int64_t(a.seqlen_k) + S::kBlockN - 1) / S::kBlockN);
+  d.softmax_scale = a.softmax_scale;
+  auto kernel = bwd_dq_from_ds_kernel<S>;
+  constexpr int kSmem = int(sizeof(DqFromDsStorage<S>));
+  HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const int num_m_blocks = (a.seqlen_q + S::kBlockM - 1) / S::kBlockM;
+  launch_after_prior_grid(kernel, dim3(num_m_blocks, a.nheads, a.batch), dim3(kDqFromDsThreads), kSmem, stream, d);
+}
+
 template <class T>
 void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
   using Element = typename T::Element;
   const WorkspaceLayout wl = workspace_layout<T>(a);
   char* ws = static_cast<char*>(workspace);
-  const bool varlen = a.varlen();
   // The counters, the query blocks' states, the pairs' tile counts and the split tiles' sums start
   // at zero (one memset: they lead the workspace); lse_log2 and dsum are written by the preprocess kernel, which also clears
   // dq_accum where every writer adds (clears_dq_accum).
@@ -252,23 +348,15 @@ void launch(const BwdArgs& a, void* workspace, cudaStream_t stream) {
     HOPATTN_CUDA_CHECK(cudaGetLastError());
   }
 
-  // Runs even without queries: its tiles then write the zero dK and dV.
-  if ((varlen ? a.total_k : a.seqlen_k) > 0) {
-    BwdKernelParams<T> p = make_main_params<T>(a, wl, ws);
-    if (p.num_tiles > 0) {
-      p.tile_counter = reinterpret_cast<int*>(ws + WorkspaceLayout::kTileCounterOffset);
-      auto kernel = attention_bwd_kernel<T>;
-      HOPATTN_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, T::kSmemBytes));
-      const int grid = std::min(p.num_tiles, a.num_sms - concurrent_dq_convert_sms<T>(a));
-      launch_after_prior_grid(kernel, dim3(grid), dim3(T::kNumThreads), T::kSmemBytes, stream, p);
-      if (p.num_items > p.num_tiles)  // split tiles: their dK and dV sums to the outputs
-        launch_after_prior_grid(bwd_split_tiles_kernel<T>, dim3(p.num_tiles - p.num_whole_tiles, 2), dim3(256), 0,
-                                stream, p);
-#ifdef HOPATTN_EXP_TIMELINE
-      fwd::timeline_print_kernel<<<1, 1, 0, stream>>>(/*bwd=*/true);
-#endif
+  if constexpr (has_stored_ds_kernel<T>()) {
+    if (uses_stored_ds<T>(a)) {  // then both lengths are positive
+      using S = StoredDsBwdTraits<T>;
+      launch_main<S>(a, wl, ws, stream);
+      launch_dq_from_ds<S>(a, wl, ws, stream);
+      return;
     }
   }
+  launch_main<T>(a, wl, ws, stream);
 
   BwdPostParams<Element> post{};
   fill_common<T>(post, a, wl, ws);

@@ -65,10 +65,22 @@ struct BwdPostParams : BwdCommonParams {
   int num_m_blocks{}, tiles_per_pair{};
 };
 
+// The stored dS's TMA store (Traits::kStoreDs, stored_ds.hpp): a base of BwdTmaParams, empty
+// elsewhere, so that the other kernels' parameters keep their layout. (A one-byte placeholder
+// member instead let the next base, BwdCommonParams, start in its tail padding, at an offset
+// that is 8 mod 128, and the kernel then faulted on a misaligned 64-bit constant load.)
+template <class Traits, bool = Traits::kStoreDs>
+struct DsStoreTma {};
+template <class Traits>
+struct DsStoreTma<Traits, true> {
+  typename Traits::TmaDsStore tma_ds;
+  typename Traits::GmemShape shape_ds;  // (keys, queries, heads, batch), padded to whole tiles
+};
+
 // The TMA descriptors come first (a base placed at offset 0 of the kernel parameters), as in
 // the forward kernel.
 template <class Traits>
-struct BwdTmaParams {
+struct BwdTmaParams : DsStoreTma<Traits> {
   typename Traits::TmaQ tma_q, tma_do;
   typename Traits::TmaK tma_k;
   typename Traits::TmaV tma_v;

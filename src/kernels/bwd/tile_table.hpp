@@ -73,6 +73,16 @@ struct DenseBwdTraits : Base {
   static constexpr bool kDense = true;
 };
 
+// The main kernel of the stored-dS backward (dq_from_ds.hpp, launch.hpp): the consumers store
+// each step's dS to global memory with a TMA store and compute no dQ; a second kernel then sums
+// dS K per query block. Wide kernels with two P/dS buffers only (the store reads one buffer while
+// the next step fills the other).
+template <class Base>
+struct StoredDsBwdTraits : Base {
+  static constexpr bool kStoreDs = true;
+  static_assert(Base::kSplitHeadDim && Base::kPdsBuffers == 2, "the stored dS needs the wide kernel's two P/dS buffers");
+};
+
 template <class Element, int kHeadDim, bool kDense>
 using BwdTraitsFor = std::conditional_t<kDense, DenseBwdTraits<DefaultBwdTraits<Element, kHeadDim>>,
                                         DefaultBwdTraits<Element, kHeadDim>>;

@@ -35,6 +35,9 @@ struct BwdWideTraits {
   static constexpr int kBlockM = 64;  // query rows per step
   static constexpr int kBlockN = 64;  // keys per CTA tile
   static constexpr bool kDense = false;  // as BwdTraits::kDense
+  // Whether the consumers store dS for the dQ kernel instead of computing dQ (StoredDsBwdTraits,
+  // tile_table.hpp; dq_from_ds.hpp).
+  static constexpr bool kStoreDs = false;
   // Q and dO have rings of their own (q_full / q_empty, do_full / do_empty): at d = 256 two Q
   // stages fit next to one dO stage, so that the next step's S^T (Q only) can be issued under
   // the dQ hand-off while dO, which lands later, is needed only by the step's dP^T.
@@ -135,8 +138,18 @@ struct BwdWideTraits {
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}, TileKV{}, _1{}));
   using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}, TileKV{}, _1{}));
 
+  // The stored dS (dq_from_ds.hpp): dS^T tiles of (64 keys, 64 queries) as in smem.ds, written
+  // by the main kernel's TMA stores and read back by the dQ kernel's TMA loads. Its global
+  // tensor is (keys, queries, heads, batch), queries contiguous: the GmemView type, with the
+  // query count in the place of the head dim.
+  using TileDs = Shape<Int<kBlockN>, Int<kBlockM>>;
+  using SmemLayoutDsTile = decltype(take<0, 2>(SmemLayoutPt{}));
+  using TmaDsStore = decltype(make_tma_copy(SM90_TMA_STORE{}, GmemTensor{}, SmemLayoutDsTile{}, TileDs{}, _1{}));
+  using TmaDsLoad = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutDsTile{}, TileDs{}, _1{}));
+
   static constexpr uint32_t kBytesQ = kBlockM * kHeadDim * sizeof(Element);
   static constexpr uint32_t kBytesKV = kBlockN * kHeadDim * sizeof(Element);
+  static constexpr uint32_t kBytesDs = kBlockN * kBlockM * sizeof(Element);
   static constexpr uint32_t kBytesRowStats = kBlockM * sizeof(float);
   static constexpr int kDqPerThread = kBlockM * kHeadDim / kNumConsumerThreads;
   // dK and dV from registers (no shared memory left for a staging buffer; traits.hpp).

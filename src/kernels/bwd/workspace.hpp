@@ -1,7 +1,7 @@
 // The backward pass's scratch memory, carved out of the caller's workspace:
 //
 //   counters | dq_block_state (H x R/Bm) | pair_tiles_done (B x H_k) | split_partials (S x 2 x Bn x d)
-//   | lse_log2 (H x R) | dsum (H x R) | dq_accum (H x R x d)
+//   | lse_log2 (H x R) | dsum (H x R) | dq_accum (H x R x d), or the stored dS (stored_ds.hpp)
 //
 // The counters (the main kernel's tile counter, the concurrent dQ conversion's item counter),
 // the query blocks' states, the (batch entry, KV head) pairs' finished-tile counts and the FP32
@@ -41,7 +41,8 @@ struct WorkspaceLayout {
   static size_t align(size_t x) { return (x + kAlign - 1) / kAlign * kAlign; }
 
   static WorkspaceLayout make(bool varlen, int batch, int seqlen_q, int total_q, int nheads, int nheads_k,
-                              int head_dim, int block_m, int split_tiles = 0, int block_n = 0) {
+                              int head_dim, int block_m, int split_tiles = 0, int block_n = 0,
+                              size_t stored_ds_bytes = 0) {
     WorkspaceLayout w;
     const int64_t bm = block_m;
     w.seqlen_q_rounded = (int64_t(seqlen_q) + bm - 1) / bm * bm;
@@ -55,7 +56,8 @@ struct WorkspaceLayout {
     w.lse_offset = w.split_partials_offset + align(size_t(split_tiles) * 2 * block_n * head_dim * sizeof(float));
     w.dsum_offset = w.lse_offset + align(size_t(rows) * sizeof(float));
     w.dq_accum_offset = w.dsum_offset + align(size_t(rows) * sizeof(float));
-    w.total = w.dq_accum_offset + align(size_t(rows) * head_dim * sizeof(float));
+    // A backward that stores dS (stored_ds.hpp) has no dq_accum: the region holds dS instead.
+    w.total = w.dq_accum_offset + align(stored_ds_bytes > 0 ? stored_ds_bytes : size_t(rows) * head_dim * sizeof(float));
     return w;
   }
 };

@@ -117,10 +117,11 @@ struct BwdTuning {
   // last that many tiles (the concurrent dQ conversion then runs after the main kernel); -1
   // none; 0 the library's rule.
   int32_t split_tail_tiles = 0;
-  // dQ from a stored dS (head dim 256, fixed lengths, up to 4096 keys): the main kernel stores
-  // each step's dS and a second kernel computes dQ from it, instead of adding FP32 dQ partials
-  // into the workspace (which then holds batch x nheads x seqlen_q x seqlen_k elements of the
-  // input dtype). 1 wherever supported; -1 never; 0 the library's rule (up to 2048 keys).
+  // dQ from a stored dS (head dims 192 and 256, fixed lengths, up to 4096 keys): the main kernel
+  // stores each step's dS and a second kernel computes dQ from it, instead of adding FP32 dQ
+  // partials into the workspace (which then holds batch x nheads x seqlen_q x seqlen_k elements
+  // of the input dtype, both lengths rounded up to 64). 1 wherever supported; -1 never; 0 the
+  // library's rule (up to 2048 keys).
   int32_t dq_from_stored_ds = 0;
 };
 

@@ -95,8 +95,8 @@ inline AttnCase random_case(std::mt19937_64& rng, SweepDirection dir) {
   }
   if (dir == SweepDirection::kBackward) {
     if (chance(0.2)) c.deterministic = true;
-    // dQ from a stored dS (d256, fixed lengths): the rule takes it up to 2048 keys, so a fixed
-    // d256 draw would seldom run the dQ adds; force each form now and then.
+    // dQ from a stored dS (d192/d256, fixed lengths): the rule takes it up to 2048 keys, so a
+    // fixed-length draw at those head dims would seldom run the dQ adds; force each form now and then.
     if (chance(0.3)) c.dq_from_stored_ds = chance(0.5) ? 1 : -1;
   } else {
     // Few CTAs for the problem's tiles: state carried from tile to tile in a persistent CTA.

@@ -253,7 +253,7 @@ std::vector<BwdCase> coverage() {
   // keys), also in the deterministic order; every other masked or deterministic case above has
   // its first writer of each query block store instead.
   add([](BwdCase& c) { c.head_dim = 256; c.causal = true; c.seqlen_q = 200; c.seqlen_k = 1100; c.dq_from_stored_ds = -1; });
-  add([](BwdCase& c) { c.head_dim = 192; c.deterministic = true; c.causal = true; c.seqlen_q = 300; c.seqlen_k = 1100; });
+  add([](BwdCase& c) { c.head_dim = 192; c.deterministic = true; c.causal = true; c.seqlen_q = 300; c.seqlen_k = 1100; c.dq_from_stored_ds = -1; });
   // dQ converted after the main kernel (-1) where the library's rule converts it during the main
   // kernel (bwd/dq_convert_rule.hpp: every case above up to 2k keys but the deterministic ones),
   // and the concurrent form where the rule would not take it (deterministic mode, 4k keys and
@@ -289,9 +289,9 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.head_dim = 128; c.batch = 1; c.nheads = 1; c.nheads_k = 1; c.seqlen_q = 100; c.seqlen_k = 300; c.split_tail_tiles = 1; c.dq_convert_sms = 4; });
   add([](BwdCase& c) { c.head_dim = 64; c.batch = 1; c.nheads = 5; c.nheads_k = 5; c.seqlen_q = 64; c.seqlen_k = 4096; });
   add([](BwdCase& c) { c.head_dim = 64; c.batch = 1; c.nheads = 5; c.nheads_k = 5; c.seqlen_q = 64; c.seqlen_k = 4096; c.split_tail_tiles = -1; });
-  // dQ from a stored dS (bwd/stored_ds.hpp; the rule takes d256 problems of fixed lengths up to
-  // 2048 keys, so most d256 cases above run it; those that test the dQ adds' own forms at d256
-  // force it off): forced on past the rule (2.1k, 4k keys), under
+  // dQ from a stored dS (bwd/stored_ds.hpp; the rule takes d192/d256 problems of fixed lengths
+  // up to 2048 keys, so most d192/d256 cases above run it; those that test the dQ adds' own forms
+  // there force it off): forced on past the rule (2.1k, 4k keys), under
   // every mask and option with ragged lengths, with split tiles, in fp16; forced off (the dQ
   // adds) where the rule would take it; forced on where it does not apply (varlen: ignored).
   add([](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 2000; c.seqlen_k = 2100; c.causal = true; c.dq_from_stored_ds = 1; });
@@ -310,6 +310,8 @@ std::vector<BwdCase> coverage() {
   add([](BwdCase& c) { c.head_dim = 256; c.varlen_q = {129, 300, 17}; c.varlen_k = {200, 300, 1}; c.causal = true; c.dq_from_stored_ds = 1; });
   for (bool causal : {false, true})
     add([&](BwdCase& c) { c.head_dim = 256; c.seqlen_q = 500; c.seqlen_k = 700; c.causal = causal; c.dq_from_stored_ds = -1; });
+  add([](BwdCase& c) { c.head_dim = 192; c.nheads = 6; c.nheads_k = 1; c.seqlen_q = 300; c.seqlen_k = 200; c.dq_from_stored_ds = -1; });
+  add([](BwdCase& c) { c.head_dim = 192; c.seqlen_q = 500; c.seqlen_k = 700; c.causal = true; c.dq_from_stored_ds = -1; });
   add([](BwdCase& c) { c.head_dim = 256; c.nheads = 8; c.nheads_k = 2; c.seqlen_q = 300; c.seqlen_k = 400; c.deterministic = true; c.dq_from_stored_ds = -1; });
   return cases;
 }

@@ -40,9 +40,9 @@ __device__ __forceinline__ void release_kv(Storage& smem) {
 // The consumers' walk over key tiles: for each tile with keys, fresh dK and dV accumulators;
 // once K and V have landed, run_steps(w, steps, dK, dV) runs the tile's steps (every query
 // block of every query head in the KV head's group) and frees K and V (release_kv) as soon as
-// its last GEMM reading them has completed, before the last dQ hand-off: that hand-off waits for
-// the writer to have read the previous chunk, and the producer loads the next tile's K and V
-// meanwhile. Then dK and dV are stored, or, of a split tile's half, added into the tile's FP32
+// its last GEMM reading them has completed, before the last dQ hand-off (where there is one: not
+// with a stored dS): that hand-off waits for the writer to have read the previous chunk, and the
+// producer loads the next tile's K and V meanwhile. Then dK and dV are stored, or, of a split tile's half, added into the tile's FP32
 // slot (tail_split.hpp).
 // The consumers hold their slot of the tile ring through the whole tile (fwd::wait_tile) and
 // free it at the end (fwd::release_tile), so that the tile's work item can be read again there

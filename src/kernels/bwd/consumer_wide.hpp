@@ -18,7 +18,7 @@
 //   The tile's last step frees K and V before its last hand-off (which waits for the writer).
 // With a stored dS (T::kStoreDs, stored_ds.hpp) there are no dQ GEMMs: once both warpgroups'
 // dS^T is in shared memory, thread 0 stores it to global memory (TMA) for the dQ kernel, and
-// the next step's S^T is issued right after dV and dK.
+// the next step's S^T (and dP^T, kPrefetchDpT: d = 192) is issued right after dV and dK.
 // Registers per thread at d = 256: dK, dV 64 each for the whole tile, S^T, dP^T 16 each, the dQ
 // chunks 64 together. The dQ chunks do not reuse the registers of S^T and dP^T (dead by
 // then): sharing them made ptxas serialize every WGMMA (C7511).

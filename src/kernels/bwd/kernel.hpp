@@ -79,8 +79,9 @@ __global__ void __launch_bounds__(T::kNumThreads, 1)
   // Launched with PDL (launch.hpp): the setup above overlapped the preprocess kernel's tail; its
   // lse_log2, dsum and (where it is cleared) dq_accum are read only after this, as are the tile
   // counter and the query-block states that the memset before the preprocess zeroed. The
-  // postprocess may then be launched: its CTAs fit on an SM only once this kernel's CTA has left
-  // it, or at once on the SMs this grid leaves free for the concurrent dQ conversion.
+  // postprocess (or the stored dS's dQ kernel) may then be launched: its CTAs fit on an SM only
+  // once this kernel's CTA has left it, or at once on the SMs this grid leaves free for the
+  // concurrent dQ conversion.
   wait_for_prior_grids();
   allow_dependent_launch();
 

@@ -38,10 +38,13 @@ int split_tail_tiles(const BwdArgs& a);
 // whose dQ adds bound it (perf-log, sessions 30-31) and whose two P/dS buffers let a TMA store
 // read one while the next step fills the other. Measured on an H100 (session 48): +16..23% at
 // 512 keys at both head dims.
+// Two Q stages too: the stored step issues the next step's S^T (and dP^T) before it frees this
+// step's stages (consumer_wide.hpp), which with one stage would wait for itself; the default
+// shapes have two, experiment shapes (HOPATTN_BWD256_SHAPE=112211) may not.
 template <class T>
 constexpr bool has_stored_ds_kernel() {
   if constexpr (T::kStoreDs || !T::kSplitHeadDim) return false;  // the narrow traits have no kPdsBuffers
-  else return T::kPdsBuffers == 2;
+  else return T::kPdsBuffers == 2 && T::kQStages >= 2;
 }
 
 // Whether the backward stores dS and computes dQ in a second kernel (stored_ds.hpp) rather than

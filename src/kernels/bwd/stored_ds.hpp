@@ -1,5 +1,5 @@
 // dQ from a stored dS, both sides: the backward of the wide kernel (d = 192, 256) up to 2048 keys
-// (stored_ds_rule.hpp). The main kernel's dQ costs it two things per step: the dQ GEMM (a fifth
+// by the rule, 4096 when forced (stored_ds_rule.hpp). The main kernel's dQ costs it two things per step: the dQ GEMM (a fifth
 // of its tensor work) and a 64 x d FP32 partial (64 KB at d256) added into L2, which bounds the
 // d256 kernel (perf-log, sessions 30-31: without the adds, 1.24x at causal 512). Here the main
 // kernel's consumers instead store each step's dS^T, 8 KB in the input dtype, with one TMA store

@@ -73,7 +73,7 @@ struct DenseBwdTraits : Base {
   static constexpr bool kDense = true;
 };
 
-// The main kernel of the stored-dS backward (dq_from_ds.hpp, launch.hpp): the consumers store
+// The main kernel of the stored-dS backward (stored_ds.hpp, launch.hpp): the consumers store
 // each step's dS to global memory with a TMA store and compute no dQ; a second kernel then sums
 // dS K per query block. Wide kernels with two P/dS buffers only (the store reads one buffer while
 // the next step fills the other).
@@ -81,6 +81,9 @@ template <class Base>
 struct StoredDsBwdTraits : Base {
   static constexpr bool kStoreDs = true;
   static_assert(Base::kSplitHeadDim && Base::kPdsBuffers == 2, "the stored dS needs the wide kernel's two P/dS buffers");
+  // The next step's S^T (and dP^T, which then has as many stages) is issued before this step's
+  // stages are freed: with one stage it would wait for itself.
+  static_assert(Base::kQStages >= 2, "the stored dS needs two Q stages");
 };
 
 template <class Element, int kHeadDim, bool kDense>

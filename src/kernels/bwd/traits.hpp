@@ -61,7 +61,7 @@ struct BwdTraits {
   // Whether this instance takes only dense problems (no mask, softcap or partial key tile:
   // tile_table.hpp's DenseBwdTraits; the dispatch rule is is_dense_bwd_problem, bwd_args.hpp).
   static constexpr bool kDense = false;
-  // Whether dQ comes from a stored dS (dq_from_ds.hpp): the wide kernel only.
+  // Whether dQ comes from a stored dS (stored_ds.hpp): the wide kernel only.
   static constexpr bool kStoreDs = false;
   // One ring for Q and dO (one empty barrier per stage, qdo_empty); the wide kernel may give Q
   // more stages than dO (traits_wide.hpp, kSplitQdoRings).

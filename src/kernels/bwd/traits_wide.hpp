@@ -36,7 +36,7 @@ struct BwdWideTraits {
   static constexpr int kBlockN = 64;  // keys per CTA tile
   static constexpr bool kDense = false;  // as BwdTraits::kDense
   // Whether the consumers store dS for the dQ kernel instead of computing dQ (StoredDsBwdTraits,
-  // tile_table.hpp; dq_from_ds.hpp).
+  // tile_table.hpp; stored_ds.hpp).
   static constexpr bool kStoreDs = false;
   // Q and dO have rings of their own (q_full / q_empty, do_full / do_empty): at d = 256 two Q
   // stages fit next to one dO stage, so that the next step's S^T (Q only) can be issued under
@@ -138,7 +138,7 @@ struct BwdWideTraits {
   using TmaK = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutK{}, TileKV{}, _1{}));
   using TmaV = decltype(make_tma_copy(SM90_TMA_LOAD{}, GmemTensor{}, SmemLayoutV{}, TileKV{}, _1{}));
 
-  // The stored dS (dq_from_ds.hpp): dS^T tiles of (64 keys, 64 queries) as in smem.ds, written
+  // The stored dS (stored_ds.hpp): dS^T tiles of (64 keys, 64 queries) as in smem.ds, written
   // by the main kernel's TMA stores and read back by the dQ kernel's TMA loads. Its global
   // tensor is (keys, queries, heads, batch), queries contiguous: the GmemView type, with the
   // query count in the place of the head dim.

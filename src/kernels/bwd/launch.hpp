@@ -56,13 +56,19 @@ bool uses_stored_ds(const BwdArgs& a) {
   else return stored_ds_rule(a);
 }
 
+// The stored dS's keys and queries per (head, batch entry): whole tiles of each.
+template <class T>
+std::pair<int64_t, int64_t> stored_ds_extent(const BwdArgs& a) {
+  return {(int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN * T::kBlockN,
+          (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM * T::kBlockM};
+}
+
 // The stored dS^T as a global tensor (keys, queries, heads, batch), queries contiguous, in the
 // workspace's dq_accum region (stored_ds.hpp).
 template <class T>
 auto stored_ds_view(const BwdArgs& a, char* ds) {
   using namespace cute;
-  const int64_t keys = (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN * T::kBlockN;
-  const int64_t queries = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM * T::kBlockM;
+  const auto [keys, queries] = stored_ds_extent<T>(a);
   auto shape = make_shape(int32_t(keys), int32_t(queries), int32_t(a.nheads), int32_t(a.batch));
   auto stride = make_stride(queries, _1{}, keys * queries, keys * queries * a.nheads);
   return make_tensor(make_gmem_ptr(reinterpret_cast<const typename T::Element*>(ds)), shape, stride);
@@ -71,8 +77,7 @@ auto stored_ds_view(const BwdArgs& a, char* ds) {
 template <class T>
 size_t stored_ds_bytes(const BwdArgs& a) {
   if (!uses_stored_ds<T>(a)) return 0;
-  const int64_t keys = (int64_t(a.seqlen_k) + T::kBlockN - 1) / T::kBlockN * T::kBlockN;
-  const int64_t queries = (int64_t(a.seqlen_q) + T::kBlockM - 1) / T::kBlockM * T::kBlockM;
+  const auto [keys, queries] = stored_ds_extent<T>(a);
   return size_t(keys * queries * a.nheads * a.batch) * sizeof(typename T::Element);
 }
 

@@ -150,6 +150,15 @@ struct BwdWideConsumer {
       // step's S^T (and dP^T) are issued under dV and dK, from the ring positions after this
       // step's; once dV and dK are done the Q and dO stages are freed (and K, V in the tile's
       // last step, whose last readers were its S^T and dP^T).
+      // A step's Q and dO stages are freed once dV and dK (their last readers) are done; then the
+      // pipes and the cursor move to the next step.
+      auto free_step_stages = [&] {
+        fwd::release(smem.do_empty[do_pipe.stage()]);
+        fwd::release(smem.q_empty[q_pipe.stage()]);
+        q_pipe.advance();
+        do_pipe.advance();
+        cur.advance();
+      };
       auto finish_step_without_dq = [&](int salt, auto prefetch, auto last) {
         constexpr bool kPrefetch = decltype(prefetch)::value;
         constexpr bool kLast = decltype(last)::value;
@@ -170,11 +179,7 @@ struct BwdWideConsumer {
           release_kv(smem);
           tl.mark(kBwdKvReleased);
         }
-        fwd::release(smem.do_empty[do_pipe.stage()]);
-        fwd::release(smem.q_empty[q_pipe.stage()]);
-        q_pipe.advance();
-        do_pipe.advance();
-        cur.advance();
+        free_step_stages();
         if constexpr (kPrefetch) warpgroup_wait<0>();
         if constexpr (kLast) tl.mark(kBwdLastStepDone);
       };
@@ -240,11 +245,7 @@ struct BwdWideConsumer {
           warpgroup_fence_operand(tdVrdV);
           warpgroup_fence_operand(tdKrdK);
           if constexpr (kLast) tl.mark(kBwdLastDkvDone);
-          fwd::release(smem.do_empty[ds]);
-          fwd::release(smem.q_empty[qs]);
-          q_pipe.advance();
-          do_pipe.advance();
-          cur.advance();
+          free_step_stages();
           // Each chunk goes to the writer as soon as its GEMM is done; the later ones run meanwhile.
           for_each(make_int_sequence<kDqChunks>{}, [&](auto c) {
             constexpr int kLater = kDqChunks - 1 - decltype(c)::value;  // dQ GEMMs issued after this one

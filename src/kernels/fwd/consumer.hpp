@@ -431,6 +431,7 @@ struct Consumer {
       if constexpr (T::kFp8) fp8 = Fp8TileScales<kRows, T::kFp8>::load(p, c, tScS, si.seqlen_q, T::kBlockM);
       float o_units = 1.f;  // FP8: the V block descale O is currently expressed in
       if (n_end > n_begin) {
+        timeline.mark(kSetupDone);
         wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
         timeline.mark(kQLanded);
         auto tSrQ_tile = tSrQ(_, _, _, q_pipe.stage);

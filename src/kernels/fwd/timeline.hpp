@@ -20,6 +20,7 @@ enum TimelineEvent : int {
   kLastPvIssued,
   kLastPvDone,
   kEpilogueDone,
+  kSetupDone,  // the tile's setup (decode, bounds, descales, O cleared) done: the Q wait begins
   kNumTimelineEvents
 };
 // Producer events per tile (the loader).
@@ -64,8 +65,9 @@ static __global__ void timeline_print_kernel(bool bwd) {
   for (int role = 0; role < 4; ++role) {
     for (int t = 0; t < timeline_tiles[role]; ++t) {
       const long long* e = timeline_stamps[role][t];
-      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld\n", bwd ? "bwd " : "", role, t, e[0],
-             e[1], e[2], e[3], e[4], e[5], e[6], e[7]);
+      static_assert(kNumTimelineEvents == 9, "the line below prints every event");
+      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", bwd ? "bwd " : "", role, t,
+             e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8]);
     }
     timeline_tiles[role] = 0;
   }

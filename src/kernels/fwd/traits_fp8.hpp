@@ -61,9 +61,9 @@ struct FwdFp8Traits {
   // Pingpong (traits.hpp): d = 256 only. Since the max-free blocks shortened the softmax (session
   // 14), the token costs more than it orders at d = 64 and 128: without it d128 +5..12% unmasked
   // and +2..8% causal, d64 +1.6..3.2% (its 1k unmasked -1%; H100, perf-log session 27). At d = 256
-  // it staggers the two warpgroups, so that their tile boundaries no longer coincide: 512 keys
-  // +3.7%, causal 1k-2k +2..3%, 8k unchanged (H200, perf-log session 51). FwdTuning's switch is a
-  // no-op here; -DHOPATTN_EXP_PINGPONG=0 / 1 builds the token out of / into every head dim.
+  // (as in FlashAttention-3's FP8 kernel) causal 1k-2k +1..3% in two A/B runs, 512-1k within noise
+  // (-2..+4%), 8k unchanged (H200, perf-log session 51); FwdTuning::disable_pingpong turns it off
+  // there. -DHOPATTN_EXP_PINGPONG=0 / 1 builds the token out of / into every head dim.
   static constexpr bool kPingpong = HOPATTN_EXP_PINGPONG > 0 || (HOPATTN_EXP_PINGPONG < 0 && kHeadDim_ >= 256);
   // d = 256 with overlap: a Q descriptor held through the tile spilled 5 x 8 bytes inside the
   // loop at 240 registers; rebuilt per block (traits.hpp) it does not.

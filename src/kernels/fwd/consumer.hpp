@@ -85,6 +85,14 @@ struct Consumer {
   PipeState<T::kStages> k_pipe, v_pipe;  // K and V rings advance independently
   PipeState<T::kQStages> q_pipe;
   Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
+  // Timing experiment: the next tile is received and decoded (1), and its sequence bounds and key
+  // block range found too (2), while this tile's last P V runs, instead of after the epilogue
+  // (the tile's setup before its Q wait: perf-log, session 51). 0 off (the default).
+#ifndef HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV
+#define HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV 0
+#endif
+  static constexpr int kSetupUnderLastPvLevel = HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV;
+  static constexpr bool kSetupUnderLastPv = kSetupUnderLastPvLevel > 0;
   Timeline timeline;                  // experiment probe (timeline.hpp); empty unless enabled
   std::conditional_t<T::kWarpSpecialized, NoInlineLoader, InlineLoader<T>> loader;  // see the header
 
@@ -404,15 +412,30 @@ struct Consumer {
       if constexpr (T::kWarpSpecialized) return receive_tile(smem.tiles, ring);
       else return tile < 0 ? sched.first_tile() : sched.strided_next(tile);
     };
-    for (int tile = next_tile(-1); tile < sched.num_tiles; tile = next_tile(tile)) {
+    // kSetupUnderLastPv: the next tile, received and decoded while this tile's last P V runs.
+    bool have_ahead = false;
+    int tile_ahead = -1;  // never a tile: tiles come in increasing order
+    TileCoord c_ahead{};
+    SeqInfo si_ahead{};
+    int n_begin_ahead = 0, n_end_ahead = 0;
+    auto take_ahead = [&](int tile) {
+      if (kSetupUnderLastPv && have_ahead) {
+        have_ahead = false;
+        return tile_ahead;
+      }
+      return next_tile(tile);
+    };
+    for (int tile = next_tile(-1); tile < sched.num_tiles; tile = take_ahead(tile)) {
       timeline.next_tile();
       timeline.mark(kTileReceived);
-      const TileCoord c = sched.decode(tile);
-      const SeqInfo si = seq_info(p, c.batch);
+      const bool ahead = kSetupUnderLastPv && tile == tile_ahead;
+      const TileCoord c = ahead ? c_ahead : sched.decode(tile);
+      const bool bounds_ahead = ahead && kSetupUnderLastPvLevel >= 2;
+      const SeqInfo si = bounds_ahead ? si_ahead : seq_info(p, c.batch);
       if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
       const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
-      int n_begin, n_end;
-      mask.block_range(c.m_block, n_begin, n_end);
+      int n_begin = n_begin_ahead, n_end = n_end_ahead;
+      if (!bounds_ahead) mask.block_range(c.m_block, n_begin, n_end);
       if constexpr (!T::kWarpSpecialized) {
         if (n_end > n_begin) loader.begin_tile(p, smem, tid == 0, c, si, n_begin, n_end);
       }
@@ -447,7 +470,22 @@ struct Consumer {
             return tSrQ_tile;
           }
         };
-        o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end);
+        auto after_last_pv = [&] {
+          if constexpr (kSetupUnderLastPv) {
+            tile_ahead = next_tile(tile);
+            c_ahead = sched.decode(tile_ahead);
+            // Sequence bounds read only for a real tile (varlen reads cu_seqlens at its batch).
+            if (kSetupUnderLastPvLevel >= 2 && tile_ahead < sched.num_tiles) {
+              si_ahead = seq_info(p, c_ahead.batch);
+              const WindowMask<T::kBlockM, T::kBlockN> next_mask{si_ahead.seqlen_q, si_ahead.seqlen_k,
+                                                                 p.window_left, p.window_right};
+              next_mask.block_range(c_ahead.m_block, n_begin_ahead, n_end_ahead);
+            }
+            have_ahead = true;
+          }
+        };
+        o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end,
+                           after_last_pv);
       }
       Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid,
                          n_end > n_begin);
@@ -498,11 +536,12 @@ struct Consumer {
   }
 
   // Returns the V descale the output accumulator is expressed in (1 for 16-bit inputs).
-  template <class MmaQK, class MmaPV, class TQ, class TK, class TV, class TC, class TO>
+  // after_last_pv() runs once the tile's last P V is issued, before the wait for it.
+  template <class MmaQK, class MmaPV, class TQ, class TK, class TV, class TC, class TO, class AfterLastPv>
   __device__ __forceinline__ float mainloop(MmaQK& mma_qk, MmaPV& mma_pv, const TQ& q_at, TK& tSrK, TV& tOrVt,
                                            const TC& tScS, TO& tOrO, OnlineSoftmax<kRows>& softmax,
                                            const WindowMask<T::kBlockM, T::kBlockN>& mask, const TileCoord& c,
-                                           const SeqInfo& si, int n_begin, int n_end) {
+                                           const SeqInfo& si, int n_begin, int n_end, AfterLastPv&& after_last_pv) {
     using namespace cute;
     float o_scale[kRows];
     auto scores = [&] { return partition_fragment_C(mma_qk, Shape<Int<T::kBlockM>, Int<T::kBlockN>>{}); };
@@ -596,6 +635,7 @@ struct Consumer {
       issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_width);
       pingpong.hand_over();
       timeline.mark(kLastPvIssued);
+      after_last_pv();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       timeline.mark(kLastPvDone);
@@ -626,6 +666,7 @@ struct Consumer {
         pingpong.acquire();
         issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
+        if (n == n_begin) after_last_pv();
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         release_v();

@@ -28,6 +28,13 @@
 #include "kernels/fwd/tile_scheduler.hpp"
 #include "kernels/fwd/timeline.hpp"
 
+// Timing experiment: the next tile is received and decoded (1), and its sequence bounds and key
+// block range found too (2), while this tile's last P V runs, instead of after the epilogue (the
+// tile's setup before its Q wait: perf-log, session 51). 0 off (the default).
+#ifndef HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV
+#define HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV 0
+#endif
+
 namespace hopattn::kernels::fwd {
 
 // Named barrier ids used by the forward kernel (0 is __syncthreads).
@@ -85,12 +92,7 @@ struct Consumer {
   PipeState<T::kStages> k_pipe, v_pipe;  // K and V rings advance independently
   PipeState<T::kQStages> q_pipe;
   Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
-  // Timing experiment: the next tile is received and decoded (1), and its sequence bounds and key
-  // block range found too (2), while this tile's last P V runs, instead of after the epilogue
-  // (the tile's setup before its Q wait: perf-log, session 51). 0 off (the default).
-#ifndef HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV
-#define HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV 0
-#endif
+  // Timing experiment (HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV, above).
   static constexpr int kSetupUnderLastPvLevel = HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV;
   static constexpr bool kSetupUnderLastPv = kSetupUnderLastPvLevel > 0;
   Timeline timeline;                  // experiment probe (timeline.hpp); empty unless enabled

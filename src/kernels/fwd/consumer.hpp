@@ -415,18 +415,12 @@ struct Consumer {
       else return tile < 0 ? sched.first_tile() : sched.strided_next(tile);
     };
     // kSetupUnderLastPv: the next tile, received and decoded while this tile's last P V runs.
-    bool have_ahead = false;
-    int tile_ahead = -1;  // never a tile: tiles come in increasing order
+    // Tiles come in increasing order, so tile_ahead > tile says that this tile's hook ran.
+    int tile_ahead = -1;
     TileCoord c_ahead{};
     SeqInfo si_ahead{};
     int n_begin_ahead = 0, n_end_ahead = 0;
-    auto take_ahead = [&](int tile) {
-      if (kSetupUnderLastPv && have_ahead) {
-        have_ahead = false;
-        return tile_ahead;
-      }
-      return next_tile(tile);
-    };
+    auto take_ahead = [&](int tile) { return kSetupUnderLastPv && tile_ahead > tile ? tile_ahead : next_tile(tile); };
     for (int tile = next_tile(-1); tile < sched.num_tiles; tile = take_ahead(tile)) {
       timeline.next_tile();
       timeline.mark(kTileReceived);
@@ -483,7 +477,6 @@ struct Consumer {
                                                                  p.window_left, p.window_right};
               next_mask.block_range(c_ahead.m_block, n_begin_ahead, n_end_ahead);
             }
-            have_ahead = true;
           }
         };
         o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end,

@@ -36,6 +36,7 @@ size_t bytes_of(int64_t elements, DType t) {
 struct BufferSet {
   DeviceBuffer q, k, v, out, lse;
   DeviceBuffer dout, dq, dk, dv;
+  DeviceBuffer descales;  // e4m3: q, k and v descales, (batch, nheads_k) each, all 1
 };
 
 uint64_t tensor_seed(uint64_t base, int set, int tensor) {
@@ -57,6 +58,13 @@ BufferSet allocate_set(const Case& c, int set, const BenchContext& ctx) {
   b.v = random_normal_buffer(n.v, c.dtype, tensor_seed(ctx.seed, set, 2), ctx.stream);
   b.out = DeviceBuffer(bytes_of(n.out, od));  // written by the forward
   b.lse = DeviceBuffer(bytes_of(n.lse, DType::kFloat32));
+  if (c.dtype == DType::kFloat8E4M3) {
+    // FlashAttention-3's FP8 callers pass per-(batch, kv head) descales, and bench/peers.py does:
+    // timed without them, the kernels would skip the descale loads that every real call makes.
+    const std::vector<float> ones(static_cast<size_t>(3 * c.batch * c.nheads_k), 1.f);
+    b.descales = DeviceBuffer(ones.size() * sizeof(float));
+    BENCH_CUDA_CHECK(cudaMemcpy(b.descales.get(), ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
   if (c.direction == Direction::kBwd) {
     b.dout = random_normal_buffer(n.out, od, tensor_seed(ctx.seed, set, 3), ctx.stream);
     b.dq = DeviceBuffer(bytes_of(n.q, c.dtype));
@@ -87,6 +95,13 @@ hopattn::FwdParams make_fwd_params(const Case& c, const BufferSet& b) {
   p.lse = view(b.lse, DType::kFloat32, {c.batch, c.nheads, c.seqlen_q});
   p.mask = mask_of(c);
   p.softcap = c.softcap;
+  if (c.dtype == DType::kFloat8E4M3) {
+    const float* descales = static_cast<const float*>(b.descales.get());
+    const int64_t per_tensor = c.batch * c.nheads_k;
+    p.q_descale = descales;
+    p.k_descale = descales + per_tensor;
+    p.v_descale = descales + 2 * per_tensor;
+  }
   const FwdVariant& variant = find_fwd_variant(c.variant);
   if (variant.apply) variant.apply(p);
   if (!c.kernel.empty()) p.tuning.kernel = c.kernel.c_str();  // c outlives p

@@ -28,13 +28,6 @@
 #include "kernels/fwd/tile_scheduler.hpp"
 #include "kernels/fwd/timeline.hpp"
 
-// Timing experiment: the next tile is received and decoded (1), and its sequence bounds and key
-// block range found too (2), while this tile's last P V runs, instead of after the epilogue (the
-// tile's setup before its Q wait: perf-log, session 51). 0 off (the default).
-#ifndef HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV
-#define HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV 0
-#endif
-
 namespace hopattn::kernels::fwd {
 
 // Named barrier ids used by the forward kernel (0 is __syncthreads).
@@ -92,9 +85,6 @@ struct Consumer {
   PipeState<T::kStages> k_pipe, v_pipe;  // K and V rings advance independently
   PipeState<T::kQStages> q_pipe;
   Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
-  // Timing experiment (HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV, above).
-  static constexpr int kSetupUnderLastPvLevel = HOPATTN_EXP_FWD_SETUP_UNDER_LAST_PV;
-  static constexpr bool kSetupUnderLastPv = kSetupUnderLastPvLevel > 0;
   Timeline timeline;                  // experiment probe (timeline.hpp); empty unless enabled
   std::conditional_t<T::kWarpSpecialized, NoInlineLoader, InlineLoader<T>> loader;  // see the header
 
@@ -414,24 +404,15 @@ struct Consumer {
       if constexpr (T::kWarpSpecialized) return receive_tile(smem.tiles, ring);
       else return tile < 0 ? sched.first_tile() : sched.strided_next(tile);
     };
-    // kSetupUnderLastPv: the next tile, received and decoded while this tile's last P V runs.
-    // Tiles come in increasing order, so tile_ahead > tile says that this tile's hook ran.
-    int tile_ahead = -1;
-    TileCoord c_ahead{};
-    SeqInfo si_ahead{};
-    int n_begin_ahead = 0, n_end_ahead = 0;
-    auto take_ahead = [&](int tile) { return kSetupUnderLastPv && tile_ahead > tile ? tile_ahead : next_tile(tile); };
-    for (int tile = next_tile(-1); tile < sched.num_tiles; tile = take_ahead(tile)) {
+    for (int tile = next_tile(-1); tile < sched.num_tiles; tile = next_tile(tile)) {
       timeline.next_tile();
       timeline.mark(kTileReceived);
-      const bool ahead = kSetupUnderLastPv && tile == tile_ahead;
-      const TileCoord c = ahead ? c_ahead : sched.decode(tile);
-      const bool bounds_ahead = ahead && kSetupUnderLastPvLevel >= 2;
-      const SeqInfo si = bounds_ahead ? si_ahead : seq_info(p, c.batch);
+      const TileCoord c = sched.decode(tile);
+      const SeqInfo si = seq_info(p, c.batch);
       if (c.m_block * T::kBlockM >= si.seqlen_q) continue;
       const WindowMask<T::kBlockM, T::kBlockN> mask{si.seqlen_q, si.seqlen_k, p.window_left, p.window_right};
-      int n_begin = n_begin_ahead, n_end = n_end_ahead;
-      if (!bounds_ahead) mask.block_range(c.m_block, n_begin, n_end);
+      int n_begin, n_end;
+      mask.block_range(c.m_block, n_begin, n_end);
       if constexpr (!T::kWarpSpecialized) {
         if (n_end > n_begin) loader.begin_tile(p, smem, tid == 0, c, si, n_begin, n_end);
       }
@@ -452,6 +433,9 @@ struct Consumer {
       if (n_end > n_begin) {
         timeline.mark(kSetupDone);
         wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
+        if constexpr (T::kFp8) {
+          fp8.take_tensor_factors(smem.q_tensor_descale[q_pipe.stage], smem.v_tensor_descale[q_pipe.stage]);
+        }
         timeline.mark(kQLanded);
         auto tSrQ_tile = tSrQ(_, _, _, q_pipe.stage);
         // Q's operand for key block n. With kRebuildQDescriptor it is rebuilt for every block
@@ -466,24 +450,10 @@ struct Consumer {
             return tSrQ_tile;
           }
         };
-        auto after_last_pv = [&] {
-          if constexpr (kSetupUnderLastPv) {
-            tile_ahead = next_tile(tile);
-            c_ahead = sched.decode(tile_ahead);
-            // Sequence bounds read only for a real tile (varlen reads cu_seqlens at its batch).
-            if (kSetupUnderLastPvLevel >= 2 && tile_ahead < sched.num_tiles) {
-              si_ahead = seq_info(p, c_ahead.batch);
-              const WindowMask<T::kBlockM, T::kBlockN> next_mask{si_ahead.seqlen_q, si_ahead.seqlen_k,
-                                                                 p.window_left, p.window_right};
-              next_mask.block_range(c_ahead.m_block, n_begin_ahead, n_end_ahead);
-            }
-          }
-        };
-        o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end,
-                           after_last_pv);
+        o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end);
       }
       Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid,
-                         n_end > n_begin);
+                         n_end > n_begin, v_pipe);
       timeline.mark(kEpilogueDone);
     }
     Epilogue<T>::drain(tid);
@@ -531,12 +501,11 @@ struct Consumer {
   }
 
   // Returns the V descale the output accumulator is expressed in (1 for 16-bit inputs).
-  // after_last_pv() runs once the tile's last P V is issued, before the wait for it.
-  template <class MmaQK, class MmaPV, class TQ, class TK, class TV, class TC, class TO, class AfterLastPv>
+  template <class MmaQK, class MmaPV, class TQ, class TK, class TV, class TC, class TO>
   __device__ __forceinline__ float mainloop(MmaQK& mma_qk, MmaPV& mma_pv, const TQ& q_at, TK& tSrK, TV& tOrVt,
                                            const TC& tScS, TO& tOrO, OnlineSoftmax<kRows>& softmax,
                                            const WindowMask<T::kBlockM, T::kBlockN>& mask, const TileCoord& c,
-                                           const SeqInfo& si, int n_begin, int n_end, AfterLastPv&& after_last_pv) {
+                                           const SeqInfo& si, int n_begin, int n_end) {
     using namespace cute;
     float o_scale[kRows];
     auto scores = [&] { return partition_fragment_C(mma_qk, Shape<Int<T::kBlockM>, Int<T::kBlockN>>{}); };
@@ -630,7 +599,6 @@ struct Consumer {
       issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_width);
       pingpong.hand_over();
       timeline.mark(kLastPvIssued);
-      after_last_pv();
       warpgroup_wait<0>();
       warpgroup_fence_operand(tOrO);
       timeline.mark(kLastPvDone);
@@ -661,7 +629,6 @@ struct Consumer {
         pingpong.acquire();
         issue_pv(mma_pv, tOrP, tOrVt, tOrO);
         pingpong.hand_over();
-        if (n == n_begin) after_last_pv();
         warpgroup_wait<0>();
         warpgroup_fence_operand(tOrO);
         release_v();

@@ -8,11 +8,13 @@
 //  * register stores (write_rows): 16-byte stores after a transpose within each quad (two consumer
 //    warpgroups), with row bounds checks.
 //  * staged in the ring the P V GEMM reads (Output::kInVRing: the V ring of the 16-bit kernels
-//    with one Q buffer, d128's 176-key kernel, d192 and d256; FP8 d = 256's V^T ring): after
-//    named barrier kOutputRingBarrier (every consumer thread: the tile's last P V, of both
-//    warpgroups, has read the ring), stmatrix into the ring and arrive on `o_staged`; the
-//    producer's loader (producer.hpp) or a transposer thread (producer_fp8.hpp) issues the TMA
-//    stores before the ring takes the next tile's V (V^T).
+//    with one Q buffer, d128's 176-key kernel, d192 and d256; FP8 d = 256's V^T ring): once the
+//    P Vs that read the ring where this warpgroup's rows go have completed, stmatrix into the
+//    ring and arrive on `o_staged`; the producer's loader (producer.hpp) or a transposer thread
+//    (producer_fp8.hpp) issues the TMA stores before the ring takes the next tile's V (V^T).
+//    The wait (wait_ring_readers): with T::kOutputWaitsRingStages, the v_empty phase of the most
+//    recent use of each ring stage under the warpgroup's rows; otherwise named barrier
+//    kOutputRingBarrier (every consumer thread: the tile's last P V, of both warpgroups).
 // Named barrier kEpilogueBarrierBase + w (128 threads, warpgroup w) is passed twice per staged
 // store: "the previous store has read the buffer" and "the buffer is written".
 #pragma once
@@ -38,11 +40,13 @@ struct Epilogue {
   using Output = typename T::Output;
   static constexpr int kWgRows = Output::kRows;
   // o_mult: a factor every output row takes (the FP8 V descale; 1 otherwise).
+  // v_next: the consumer's V ring position after the tile's last block (the in-ring epilogue's
+  // wait counts back from it).
   template <class TensorO, class TensorC, class Softmax>
   __device__ __forceinline__ static void store(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                TensorO& tOrO, const TensorC& tOcO, Softmax& softmax,
                                                float o_mult, const TileCoord& c, const SeqInfo& si, int tid,
-                                               bool had_blocks) {
+                                               bool had_blocks, const PipeState<T::kStages>& v_next) {
     using namespace cute;
     constexpr int kRows = Softmax::kRowsPerThread;
     float out_scale[kRows], lse[kRows];
@@ -57,10 +61,10 @@ struct Epilogue {
     }
     const int row0 = c.m_block * T::kBlockM;
     if constexpr (T::kFp8) {
-      if (p.out_fp16) write_output<cutlass::half_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks);
-      else write_output<cutlass::bfloat16_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks);
+      if (p.out_fp16) write_output<cutlass::half_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next);
+      else write_output<cutlass::bfloat16_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next);
     } else {
-      write_output<typename T::Element>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks);
+      write_output<typename T::Element>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next);
     }
     const bool varlen = p.cu_seqlens_q != nullptr;
     if (p.lse != nullptr && tid % 4 == 0) {
@@ -77,14 +81,15 @@ struct Epilogue {
   template <class Out, class TensorO, class TensorC>
   __device__ __forceinline__ static void write_output(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                       TensorO& tOrO, const TensorC& tOcO, const TileCoord& c,
-                                                      const SeqInfo& si, int row0, int tid, bool had_blocks) {
+                                                      const SeqInfo& si, int row0, int tid, bool had_blocks,
+                                                      const PipeState<T::kStages>& v_next) {
     if constexpr (Output::kInVRing) {
       // A tile without key blocks (O = 0) goes out from registers and leaves the ring alone: its
       // consumers never waited for a V (V^T), so the previous tile's stores may still read the
       // ring (and an o_staged arrival ahead of the producer's wait would make its parity
       // ambiguous).
       if (had_blocks) {
-        write_into_v_ring<Out>(p, smem, tOrO, tOcO, c, si, row0, tid);
+        write_into_v_ring<Out>(p, smem, tOrO, tOcO, c, si, row0, tid, v_next);
         return;
       }
     } else if constexpr (Output::kStaged) {
@@ -159,8 +164,8 @@ struct Epilogue {
                                                  [&] { issue_output_store(p, smem.o.data.data(), c, si, wg); });
   }
 
-  // The in-ring epilogue's consumer side. The barrier orders this warpgroup's stmatrix after the
-  // other warpgroup's last P V, which may still read the part of the ring this one writes. The
+  // The in-ring epilogue's consumer side. The wait orders this warpgroup's stmatrix after the
+  // other warpgroup's P Vs that may still read the part of the ring this one writes. The
   // loader (transposers) write the ring again only once the stores have read it (producer.hpp,
   // producer_fp8.hpp), and they have written every V (V^T) of this tile before, so no barrier is
   // needed on their side here.
@@ -169,10 +174,11 @@ struct Epilogue {
   __device__ __forceinline__ static void write_into_v_ring(const FwdKernelParams<T>& p,
                                                            typename T::SharedStorage& smem, TensorO& tOrO,
                                                            const TensorC& tOcO, const TileCoord& c,
-                                                           const SeqInfo& si, int row0, int tid) {
+                                                           const SeqInfo& si, int row0, int tid,
+                                                           const PipeState<T::kStages>& v_next) {
     using namespace cute;
     const int wg = consumer_wg_uniform();
-    named_barrier_sync_unaligned(kOutputRingBarrier, T::kNumConsumerThreads);
+    wait_ring_readers(smem, wg, v_next);
     if (wg_box_by_tma(p, c, si, wg)) {
       const uint32_t buffer = cute::cast_smem_ptr_to_uint(smem.v.data()) + Output::Rows::stage_base(wg);
       stmatrix_output_rows<Output, Out>(tOrO, buffer, warpgroup_thread_fresh());
@@ -187,8 +193,35 @@ struct Epilogue {
   // passes the barrier and arrives, as the other warpgroup and the producer count on it. The two
   // warpgroups reach the barrier at two code locations, hence its unaligned form.
   __device__ __forceinline__ static void skip_v_ring_output(typename T::SharedStorage& smem) {
-    named_barrier_sync_unaligned(kOutputRingBarrier, T::kNumConsumerThreads);
+    if constexpr (!T::kOutputWaitsRingStages) named_barrier_sync_unaligned(kOutputRingBarrier, T::kNumConsumerThreads);
     release(smem.o_staged);
+  }
+
+  // Until no P V of this tile still reads the ring where warpgroup wg's O rows go.
+  // kOutputWaitsRingStages: every consumer thread arrives on v_empty[s] once its P V from stage s
+  // has completed, once per use, so the stage is free when the phase of its most recent use
+  // (counted back from v_next) is complete. Only the stages under wg's rows are waited for: at
+  // FP8 d256 warpgroup w's rows are V^T slot w, so with an even number of key blocks warpgroup 0
+  // (whose P V runs first under the pingpong token) waits for the other's second-to-last P V,
+  // long done, not for its last. No later use can complete meanwhile: the stage is refilled only
+  // after this tile's O was stored. A stage never used has the parity of the phase before the
+  // first, which counts as complete. Otherwise: named barrier 7, both warpgroups' last P V.
+  __device__ __forceinline__ static void wait_ring_readers(typename T::SharedStorage& smem, int wg,
+                                                           const PipeState<T::kStages>& v_next) {
+    if constexpr (T::kOutputWaitsRingStages) {
+      constexpr uint32_t kWgBytes = uint32_t(Output::kBytes / T::kNumConsumerWgs);
+      static_assert(Output::Rows::stage_base(1) == kWgBytes, "warpgroup w's rows are bytes [w, w + 1) x kWgBytes");
+      const uint32_t rows_begin = uint32_t(wg) * kWgBytes, rows_end = rows_begin + kWgBytes;
+      CUTE_UNROLL
+      for (int back = 1; back <= T::kStages; ++back) {
+        const int s = (v_next.stage - back + T::kStages) % T::kStages;
+        const uint32_t phase = v_next.phase ^ (v_next.stage < back ? 1u : 0u);
+        const uint32_t stage_begin = uint32_t(s) * T::kBytesKV;
+        if (stage_begin < rows_end && rows_begin < stage_begin + T::kBytesKV) wait_full(smem.v_empty[s], phase);
+      }
+    } else {
+      named_barrier_sync_unaligned(kOutputRingBarrier, T::kNumConsumerThreads);
+    }
   }
 
   // Thread 0 of each warpgroup, before the CTA exits: its last store must have read shared memory.

@@ -4,7 +4,13 @@
 // and likewise K and V with their per-(batch, kv head) blocks of kv_block_rows keys, a multiple of
 // the kernel's key tile, so one factor covers a whole tile (API: validate_fwd.cpp, plan.cpp).
 //
-// Who reads what: the consumers read the Q factors once per tile (two rows per thread). The K and
+// Who reads what: the producer's leader reads the tensor-wide Q and V factors of a tile from
+// global memory when it claims the tile and writes them next to the tile's Q buffer
+// (SharedStorage::q_tensor_descale / v_tensor_descale), published by the Q full barrier; the
+// consumers take them right after their Q wait. Before, the consumers loaded them in the tile's
+// setup and the products sat before the Q wait, so a global load's latency was on each tile's
+// start (perf-log, session 52). The consumers read only the Q block factors themselves (two rows
+// per thread), whose products are also formed after the Q wait. The K and
 // V factors of key tile n are read from global memory by the producer's leader, before it waits
 // for the K stage, and written next to that stage (SharedStorage::k_descale / v_descale); the
 // K full barrier publishes them with the tile. The consumers copy them to registers right after
@@ -20,8 +26,10 @@
 
 namespace hopattn::kernels::fwd {
 
-// K and V factors of one (batch, kv head), for the producer.
+// The factors of one (batch, kv head) the producer reads: K and V per key tile, and the
+// tensor-wide Q and V factors it hands to the consumers with Q.
 struct Fp8KeyScales {
+  float q_tensor = 1.f, v_tensor = 1.f;
   float k_tensor = 1.f;
   const float* k_blocks = nullptr;  // block descales of this (batch, kv head), or null
   const float* v_blocks = nullptr;
@@ -31,6 +39,8 @@ struct Fp8KeyScales {
   __device__ __forceinline__ static Fp8KeyScales load(const Params& p, const TileCoord& c) {
     Fp8KeyScales s;
     const int64_t bh_k = int64_t(c.batch) * (p.nheads / p.head_group) + c.head / p.head_group;
+    s.q_tensor = p.q_descale != nullptr ? p.q_descale[bh_k] : 1.f;
+    s.v_tensor = p.v_descale != nullptr ? p.v_descale[bh_k] : 1.f;
     s.k_tensor = p.k_descale != nullptr ? p.k_descale[bh_k] : 1.f;
     if (p.k_block_descale != nullptr) s.k_blocks = p.k_block_descale + bh_k * p.kv_num_blocks;
     if (p.v_block_descale != nullptr) s.v_blocks = p.v_block_descale + bh_k * p.kv_num_blocks;
@@ -51,7 +61,7 @@ struct Fp8KeyScales {
 // factor is the constant 1 and the compiler removes the arithmetic.
 template <int kRows, bool kEnabled>
 struct Fp8TileScales {
-  float q[kRows];        // per row: tensor * block descale of Q
+  float q[kRows];        // per row: tensor * block descale of Q (the block factor alone until take_tensor_factors)
   float v_tensor = 1.f;  // applied in the epilogue
 
   // The V units O moves to when key tile n's P V is added: its V block descale, except that an
@@ -66,9 +76,6 @@ struct Fp8TileScales {
                                                        int seqlen_q, int block_m) {
     using namespace cute;
     Fp8TileScales s;
-    const int64_t bh_k = int64_t(c.batch) * (p.nheads / p.head_group) + c.head / p.head_group;
-    const float q_tensor = p.q_descale != nullptr ? p.q_descale[bh_k] : 1.f;
-    s.v_tensor = p.v_descale != nullptr ? p.v_descale[bh_k] : 1.f;
     const float* q_blocks = p.q_block_descale != nullptr
                                 ? p.q_block_descale + (int64_t(c.batch) * p.nheads + c.head) * p.q_num_blocks
                                 : nullptr;
@@ -76,9 +83,16 @@ struct Fp8TileScales {
     CUTE_UNROLL
     for (int i = 0; i < kRows; ++i) {
       const int row = c.m_block * block_m + get<0>(c_rc(i, 0));
-      s.q[i] = q_tensor * (q_blocks != nullptr && row < seqlen_q ? q_blocks[row / p.q_block_rows] : 1.f);
+      s.q[i] = q_blocks != nullptr && row < seqlen_q ? q_blocks[row / p.q_block_rows] : 1.f;
     }
     return s;
+  }
+
+  // The tensor-wide factors the producer published with the tile's Q (read after the Q wait).
+  __device__ __forceinline__ void take_tensor_factors(float q_tensor, float v) {
+    CUTE_UNROLL
+    for (int i = 0; i < kRows; ++i) q[i] *= q_tensor;
+    v_tensor = v;
   }
 };
 

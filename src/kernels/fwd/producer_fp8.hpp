@@ -88,6 +88,8 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
 
     if constexpr (T::kPrefetchNextQ) prefetch(p.tma_q, tQg);  // as producer.hpp
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);
+    smem.q_tensor_descale[q_pipe.stage] = scales.q_tensor;  // published by the arrive below
+    smem.v_tensor_descale[q_pipe.stage] = scales.v_tensor;
     expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
     copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));
     q_pipe.advance();

@@ -39,6 +39,12 @@
 #ifndef HOPATTN_EXP_O_IN_V_RING
 #define HOPATTN_EXP_O_IN_V_RING -1
 #endif
+// Experiment switch for kOutputWaitsRingStages (the in-ring epilogue's wait before a warpgroup
+// writes its O rows into the ring): -1 the measured choice (FP8 on, 16-bit off), 0 off (named
+// barrier 7: both warpgroups' last P V), 1 on in every in-ring kernel.
+#ifndef HOPATTN_EXP_O_RING_STAGE_WAIT
+#define HOPATTN_EXP_O_RING_STAGE_WAIT -1
+#endif
 // Experiment switch for FwdTraits::kClusterKV (2-CTA clusters with K/V multicast on dense
 // problems without a mask): 1 on (measured, session 43), 0 off.
 #ifndef HOPATTN_EXP_FWD_CLUSTER
@@ -232,6 +238,9 @@ struct FwdTraits {
   static constexpr bool kOutputInVRing =
       kOutputInVRingMode != 0 && !kStagedEpilogue_ && kQStages == 1 && kNumConsumerWgs == 2 && kWarpSpecialized_;
   static constexpr bool kOutputInVRingSplit = kOutputInVRing && kOutputInVRingMode == 2;
+  // kOutputWaitsRingStages: before its stmatrix a warpgroup waits only for the P Vs that read the
+  // ring stages under its own O rows (epilogue.hpp); otherwise for both warpgroups' last P V.
+  static constexpr bool kOutputWaitsRingStages = kOutputInVRing && HOPATTN_EXP_O_RING_STAGE_WAIT > 0;
   using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_ || kOutputInVRing, kOutputInVRing>;
   static_assert(!kOutputInVRing || Output::kBytes <= kSmemKVBytes / 2, "the staged O does not fit in the V ring");
   static_assert(!kStagedEpilogue_ ||

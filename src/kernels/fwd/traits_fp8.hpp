@@ -148,6 +148,8 @@ struct FwdFp8Traits {
   static constexpr bool kOutputInVRing =
       kStagedEpilogue_ &&
       kQStages * kSmemQBytes + kSmemKVBytes + OutputTile<kHeadDim, kNumConsumerWgs, true>::kBytes + 2048 > 227 * 1024;
+  // As FwdTraits: each warpgroup waits only for the P Vs that read its own V^T slot (epilogue.hpp).
+  static constexpr bool kOutputWaitsRingStages = kOutputInVRing && HOPATTN_EXP_O_RING_STAGE_WAIT != 0;
   using Output = OutputTile<kHeadDim, kNumConsumerWgs, kStagedEpilogue_, kOutputInVRing>;
   static_assert(!kOutputInVRing || Output::kBytes <= kStages * kBlockN * kHeadDim,
                 "the staged output does not fit in the V^T ring");
@@ -166,6 +168,7 @@ struct FwdFp8Traits {
     uint64_t v_stage_full[kStages], v_stage_empty[kStages];  // TMA -> transposing warps
     uint64_t v_full[kStages], v_empty[kStages];              // transposing warps -> consumers
     float k_descale[kStages], v_descale[kStages];  // of the key tile in K stage s (fp8_scales.hpp)
+    float q_tensor_descale[kQStages], v_tensor_descale[kQStages];  // of the tile in Q stage s (fp8_scales.hpp)
     // cluster_kv: the peer CTA's loader has seen its copy of K / V staging stage s freed.
     uint64_t k_peer_free[kStages], v_peer_free[kStages];
     uint64_t peer_done;  // cluster_kv: every consumer thread of the peer CTA is done (kernel.hpp)

@@ -432,6 +432,8 @@ struct Consumer {
       float o_units = 1.f;  // FP8: the V block descale O is currently expressed in
       if (n_end > n_begin) {
         timeline.mark(kSetupDone);
+        timeline.record(kQReadyAtSetup,
+                        [&] { return FullBarrier::test_wait(&smem.q_full[q_pipe.stage], q_pipe.phase, 1u) ? 1 : 0; });
         wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
         if constexpr (T::kFp8) {
           fp8.take_tensor_factors(smem.q_tensor_descale[q_pipe.stage], smem.v_tensor_descale[q_pipe.stage]);

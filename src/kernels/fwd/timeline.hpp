@@ -21,6 +21,7 @@ enum TimelineEvent : int {
   kLastPvDone,
   kEpilogueDone,
   kSetupDone,  // the tile's setup (decode, bounds, descales, O cleared) done: the Q wait begins
+  kQReadyAtSetup,  // not a stamp: 1 if the tile's Q had landed when the setup was done, else 0
   kNumTimelineEvents
 };
 // Producer events per tile (the loader).
@@ -55,6 +56,11 @@ struct Timeline {
   __device__ __forceinline__ void mark(int event) {
     if (on && tile >= 0 && tile < kTimelineMaxTiles) timeline_stamps[role][tile][event] = clock64();
   }
+  // A value instead of a stamp; `value` is called only by the recording thread of a probe build.
+  template <class Value>
+  __device__ __forceinline__ void record(int event, Value&& value) {
+    if (on && tile >= 0 && tile < kTimelineMaxTiles) timeline_stamps[role][tile][event] = value();
+  }
 };
 
 // Launched after the kernel (launch.hpp): with printf inside the warp-specialized kernel (its
@@ -65,9 +71,9 @@ static __global__ void timeline_print_kernel(bool bwd) {
   for (int role = 0; role < 4; ++role) {
     for (int t = 0; t < timeline_tiles[role]; ++t) {
       const long long* e = timeline_stamps[role][t];
-      static_assert(kNumTimelineEvents == 9, "the line below prints every event");
-      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", bwd ? "bwd " : "", role, t,
-             e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8]);
+      static_assert(kNumTimelineEvents == 10, "the line below prints every event");
+      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", bwd ? "bwd " : "", role,
+             t, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9]);
     }
     timeline_tiles[role] = 0;
   }
@@ -78,6 +84,8 @@ struct Timeline {
   __device__ explicit Timeline(int) {}
   __device__ __forceinline__ void next_tile() {}
   __device__ __forceinline__ void mark(int) {}
+  template <class Value>
+  __device__ __forceinline__ void record(int, Value&&) {}
 };
 #endif
 

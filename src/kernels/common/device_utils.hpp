@@ -16,6 +16,12 @@ using namespace cute;
 // whole step loop) as a called function, and its accumulators then live in local memory.
 #define HOPATTN_LAMBDA_INLINE __attribute__((always_inline))
 
+// A compiler-only fence: plain loads and stores are not moved across it. CUTLASS's mbarrier
+// wait and arrive are asm volatile without a "memory" clobber, so a plain shared-memory access
+// that an mbarrier publishes (written before the arrive, read after the wait) is pinned with
+// this on both sides; it emits no instruction.
+CUTLASS_DEVICE void compiler_memory_fence() { asm volatile("" ::: "memory"); }
+
 // Programmatic dependent launch (PDL). A kernel launched with the programmatic-serialization
 // attribute may start while the kernel before it on the stream still runs; it must call
 // wait_for_prior_grids() before touching anything that kernel writes (a no-op without the

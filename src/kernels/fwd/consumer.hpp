@@ -436,6 +436,7 @@ struct Consumer {
                         [&] { return FullBarrier::test_wait(&smem.q_full[q_pipe.stage], q_pipe.phase, 1u) ? 1 : 0; });
         wait_full(smem.q_full[q_pipe.stage], q_pipe.phase);
         if constexpr (T::kFp8) {
+          compiler_memory_fence();  // the reads below stay after the wait
           fp8.take_tensor_factors(smem.q_tensor_descale[q_pipe.stage], smem.v_tensor_descale[q_pipe.stage]);
         }
         timeline.mark(kQLanded);

@@ -33,7 +33,7 @@
 namespace hopattn::kernels::fwd {
 
 constexpr int kEpilogueBarrierBase = 4;  // 4 + w; 1..3 are the pingpong tokens (consumer.hpp)
-constexpr int kOutputRingBarrier = 7;    // every consumer thread; in-ring epilogue only
+constexpr int kOutputRingBarrier = 7;    // every consumer thread; in-ring epilogue without kOutputWaitsRingStages
 
 template <class T>
 struct Epilogue {
@@ -190,22 +190,26 @@ struct Epilogue {
   }
 
   // An idle warpgroup's part of the in-ring epilogue (Output::kInVRing): it writes nothing but
-  // passes the barrier and arrives, as the other warpgroup and the producer count on it. The two
-  // warpgroups reach the barrier at two code locations, hence its unaligned form.
+  // passes the barrier (without kOutputWaitsRingStages) and arrives, as the other warpgroup and
+  // the producer count on it. The two warpgroups reach the barrier at two code locations, hence
+  // its unaligned form.
   __device__ __forceinline__ static void skip_v_ring_output(typename T::SharedStorage& smem) {
     if constexpr (!T::kOutputWaitsRingStages) named_barrier_sync_unaligned(kOutputRingBarrier, T::kNumConsumerThreads);
     release(smem.o_staged);
   }
 
-  // Until no P V of this tile still reads the ring where warpgroup wg's O rows go.
+  // Until no P V still reads the ring where warpgroup wg's O rows go (the stage's most recent
+  // use may belong to an earlier tile).
   // kOutputWaitsRingStages: every consumer thread arrives on v_empty[s] once its P V from stage s
   // has completed, once per use, so the stage is free when the phase of its most recent use
   // (counted back from v_next) is complete. Only the stages under wg's rows are waited for: at
-  // FP8 d256 warpgroup w's rows are V^T slot w, so with an even number of key blocks warpgroup 0
-  // (whose P V runs first under the pingpong token) waits for the other's second-to-last P V,
-  // long done, not for its last. No later use can complete meanwhile: the stage is refilled only
-  // after this tile's O was stored. A stage never used has the parity of the phase before the
-  // first, which counts as complete. Otherwise: named barrier 7, both warpgroups' last P V.
+  // FP8 d256 warpgroup w's rows are V^T slot w. Where the tile's last block is in slot 1 (a tile
+  // that starts in slot 0 with an even number of blocks: every tile of an unmasked problem whose
+  // key length is a multiple of 256), warpgroup 0, whose P V runs first under the pingpong token,
+  // waits for the other's second-to-last P V, long done, not for its last; where it is in slot 0
+  // the wait is that of the barrier. No later use can complete meanwhile: the stage is refilled
+  // only after this tile's O was stored. A stage never used has the parity of the phase before
+  // the first, which counts as complete. Otherwise: named barrier 7, both warpgroups' last P V.
   __device__ __forceinline__ static void wait_ring_readers(typename T::SharedStorage& smem, int wg,
                                                            const PipeState<T::kStages>& v_next) {
     if constexpr (T::kOutputWaitsRingStages) {

@@ -5,7 +5,8 @@
 // the kernel's key tile, so one factor covers a whole tile (API: validate_fwd.cpp, plan.cpp).
 //
 // Who reads what: the producer's leader reads the tensor-wide Q and V factors of a tile from
-// global memory when it claims the tile and writes them next to the tile's Q buffer
+// global memory as it starts the tile (after claiming it, with K's) and writes them next to the
+// tile's Q buffer
 // (SharedStorage::q_tensor_descale / v_tensor_descale), published by the Q full barrier; the
 // consumers take them right after their Q wait. Before, the consumers loaded them in the tile's
 // setup and the products sat before the Q wait, so a global load's latency was on each tile's

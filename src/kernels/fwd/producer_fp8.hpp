@@ -1,7 +1,8 @@
 // The FP8 producer warpgroup, in two roles:
 //  * warp 0, one elected thread (the loader): claims and publishes tiles and issues the TMA
-//    loads, as in the 16-bit kernel, except that V_n goes into a staging ring and that tile n's
-//    K and V descales are written next to its K stage (fp8_scales.hpp);
+//    loads, as in the 16-bit kernel, except that V_n goes into a staging ring, that tile n's
+//    K and V descales are written next to its K stage, and the tile's tensor-wide Q and V
+//    descales next to its Q buffer (fp8_scales.hpp);
 //  * warps 1..3 (96 threads, the transposers): read the tiles from the tile ring like the
 //    consumers and rewrite each staged V_n as V^T into the ring the consumers read
 //    (v_transpose.hpp).
@@ -31,6 +32,7 @@
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
 
+#include "kernels/common/device_utils.hpp"
 #include "kernels/fwd/epilogue.hpp"
 #include "kernels/fwd/fp8_scales.hpp"
 #include "kernels/fwd/kv_loads.hpp"
@@ -88,8 +90,10 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
 
     if constexpr (T::kPrefetchNextQ) prefetch(p.tma_q, tQg);  // as producer.hpp
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);
+    compiler_memory_fence();  // the stores stay between the wait and the arrive
     smem.q_tensor_descale[q_pipe.stage] = scales.q_tensor;  // published by the arrive below
     smem.v_tensor_descale[q_pipe.stage] = scales.v_tensor;
+    compiler_memory_fence();
     expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
     copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));
     q_pipe.advance();

@@ -154,7 +154,7 @@ struct FwdFp8Traits {
   static_assert(!kOutputInVRing || Output::kBytes <= kStages * kBlockN * kHeadDim,
                 "the staged output does not fit in the V^T ring");
   static_assert(!kOutputInVRing || !kSkipIdleWarpgroups,
-                "every consumer warpgroup passes the ring barrier of the in-ring epilogue");
+                "every consumer warpgroup runs the in-ring epilogue's wait and arrives on o_staged");
 
   struct SharedStorage {
     alignas(1024) cute::array_aligned<Element, cute::cosize_v<SmemLayoutQ>> q;

@@ -6,9 +6,8 @@
 //
 // Who reads what: the producer's leader reads the tensor-wide Q and V factors of a tile from
 // global memory as it starts the tile (after claiming it, with K's) and writes them next to the
-// tile's Q buffer
-// (SharedStorage::q_tensor_descale / v_tensor_descale), published by the Q full barrier; the
-// consumers take them right after their Q wait. Before, the consumers loaded them in the tile's
+// tile's Q buffer (SharedStorage::q_tensor_descale / v_tensor_descale), published by the Q full
+// barrier; the consumers take them right after their Q wait. Before, the consumers loaded them in the tile's
 // setup and the products sat before the Q wait, so a global load's latency was on each tile's
 // start (perf-log, session 52). The consumers read only the Q block factors themselves (two rows
 // per thread), whose products are also formed after the Q wait. The K and
@@ -29,7 +28,7 @@ namespace hopattn::kernels::fwd {
 
 // The factors of one (batch, kv head) the producer reads: K and V per key tile, and the
 // tensor-wide Q and V factors it hands to the consumers with Q.
-struct Fp8KeyScales {
+struct Fp8ProducerScales {
   float q_tensor = 1.f, v_tensor = 1.f;
   float k_tensor = 1.f;
   const float* k_blocks = nullptr;  // block descales of this (batch, kv head), or null
@@ -37,8 +36,8 @@ struct Fp8KeyScales {
   int key_tiles_per_block = 1;
 
   template <class Params>
-  __device__ __forceinline__ static Fp8KeyScales load(const Params& p, const TileCoord& c) {
-    Fp8KeyScales s;
+  __device__ __forceinline__ static Fp8ProducerScales load(const Params& p, const TileCoord& c) {
+    Fp8ProducerScales s;
     const int64_t bh_k = int64_t(c.batch) * (p.nheads / p.head_group) + c.head / p.head_group;
     s.q_tensor = p.q_descale != nullptr ? p.q_descale[bh_k] : 1.f;
     s.v_tensor = p.v_descale != nullptr ? p.v_descale[bh_k] : 1.f;

@@ -86,7 +86,7 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
     Tensor gV = local_tile(domain_offset(make_coord(si.k_offset, _0{}), mV(_, _, kv_head, b)),
                            typename T::TileKV{}, make_coord(_, _0{}));
     auto [tQg, tQs] = tma_partition(p.tma_q, _0{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
-    const Fp8KeyScales scales = Fp8KeyScales::load(p, c);
+    const Fp8ProducerScales scales = Fp8ProducerScales::load(p, c);
 
     if constexpr (T::kPrefetchNextQ) prefetch(p.tma_q, tQg);  // as producer.hpp
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);

@@ -456,7 +456,7 @@ struct Consumer {
         o_units = mainloop(mma_qk, mma_pv, q_at, tSrK, tOrVt, tScS, tOrO, softmax, mask, c, si, n_begin, n_end);
       }
       Epilogue<T>::store(p, smem, tOrO, tOcO, softmax, T::kFp8 ? o_units * fp8.v_tensor : 1.f, c, si, tid,
-                         n_end > n_begin, v_pipe);
+                         n_end > n_begin, v_pipe, timeline);
       timeline.mark(kEpilogueDone);
     }
     Epilogue<T>::drain(tid);
@@ -562,6 +562,12 @@ struct Consumer {
         auto tSrQ = q_at(n);
         issue_scores(mma_qk, tSrQ, tSrK, tSrS_next);
         rescale_output(tOrO, o_scale, v_ratio, softmax_moved);
+        if (n == n_end - 2) {
+          timeline.mark(kFirstPvReached);
+          timeline.record(kVtReadyAtFirstPv, [&] {
+            return FullBarrier::test_wait(&smem.v_full[v_pipe.stage], v_pipe.phase, 1u) ? 1 : 0;
+          });
+        }
         issue_pv(mma_pv, tOrP, tOrVt, tOrO, pv_width);
         pv_width = kFullBlock;
         pingpong.hand_over();

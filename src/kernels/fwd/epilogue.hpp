@@ -29,6 +29,7 @@
 #include "kernels/fwd/pipeline.hpp"
 #include "kernels/fwd/softmax.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
+#include "kernels/fwd/timeline.hpp"
 
 namespace hopattn::kernels::fwd {
 
@@ -46,7 +47,8 @@ struct Epilogue {
   __device__ __forceinline__ static void store(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                TensorO& tOrO, const TensorC& tOcO, Softmax& softmax,
                                                float o_mult, const TileCoord& c, const SeqInfo& si, int tid,
-                                               bool had_blocks, const PipeState<T::kStages>& v_next) {
+                                               bool had_blocks, const PipeState<T::kStages>& v_next,
+                                               Timeline& timeline) {
     using namespace cute;
     constexpr int kRows = Softmax::kRowsPerThread;
     float out_scale[kRows], lse[kRows];
@@ -59,12 +61,13 @@ struct Epilogue {
       CUTE_UNROLL
       for (int j = 0; j < size<1>(o_rc); ++j) o_rc(i, j) *= f;
     }
+    timeline.mark(kEpilogueScaled);
     const int row0 = c.m_block * T::kBlockM;
     if constexpr (T::kFp8) {
-      if (p.out_fp16) write_output<cutlass::half_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next);
-      else write_output<cutlass::bfloat16_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next);
+      if (p.out_fp16) write_output<cutlass::half_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next, timeline);
+      else write_output<cutlass::bfloat16_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next, timeline);
     } else {
-      write_output<typename T::Element>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next);
+      write_output<typename T::Element>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next, timeline);
     }
     const bool varlen = p.cu_seqlens_q != nullptr;
     if (p.lse != nullptr && tid % 4 == 0) {
@@ -82,14 +85,14 @@ struct Epilogue {
   __device__ __forceinline__ static void write_output(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                       TensorO& tOrO, const TensorC& tOcO, const TileCoord& c,
                                                       const SeqInfo& si, int row0, int tid, bool had_blocks,
-                                                      const PipeState<T::kStages>& v_next) {
+                                                      const PipeState<T::kStages>& v_next, Timeline& timeline) {
     if constexpr (Output::kInVRing) {
       // A tile without key blocks (O = 0) goes out from registers and leaves the ring alone: its
       // consumers never waited for a V (V^T), so the previous tile's stores may still read the
       // ring (and an o_staged arrival ahead of the producer's wait would make its parity
       // ambiguous).
       if (had_blocks) {
-        write_into_v_ring<Out>(p, smem, tOrO, tOcO, c, si, row0, tid, v_next);
+        write_into_v_ring<Out>(p, smem, tOrO, tOcO, c, si, row0, tid, v_next, timeline);
         return;
       }
     } else if constexpr (Output::kStaged) {
@@ -175,14 +178,17 @@ struct Epilogue {
                                                            typename T::SharedStorage& smem, TensorO& tOrO,
                                                            const TensorC& tOcO, const TileCoord& c,
                                                            const SeqInfo& si, int row0, int tid,
-                                                           const PipeState<T::kStages>& v_next) {
+                                                           const PipeState<T::kStages>& v_next, Timeline& timeline) {
     using namespace cute;
     const int wg = consumer_wg_uniform();
     wait_ring_readers(smem, wg, v_next);
+    timeline.mark(kEpilogueRingFree);
     if (wg_box_by_tma(p, c, si, wg)) {
       const uint32_t buffer = cute::cast_smem_ptr_to_uint(smem.v.data()) + Output::Rows::stage_base(wg);
       stmatrix_output_rows<Output, Out>(tOrO, buffer, warpgroup_thread_fresh());
+      timeline.mark(kEpilogueStsmIssued);
       cute::tma_store_fence();  // the generic-proxy writes, visible to the TMA store (async proxy)
+      timeline.mark(kEpilogueFenced);
     } else {
       write_rows<Out>(p, tOrO, tOcO, c, si, row0);
     }

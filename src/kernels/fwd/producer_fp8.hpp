@@ -164,8 +164,11 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
   TileRingState ring;
   constexpr bool kOutputInRing = T::Output::kInVRing;
   int staged_tile = -1;  // kOutputInRing: the last tile whose O the consumers stage in the ring (-1: none)
+  Timeline timeline(kTransposerRole, kOutputInRing && tid == 0);  // experiment probe (timeline.hpp)
   uint32_t staged_phase = 0;
   for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {
+    timeline.next_tile();
+    timeline.mark(kTransposerReceived);
     const TileCoord c = sched.decode(tile);
     const SeqInfo si = seq_info(p, c.batch);
     if (c.m_block * T::kBlockM >= si.seqlen_q) continue;  // the consumers skip it too: no epilogue
@@ -177,6 +180,7 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
       if (staged_tile >= 0) {
         rest_pending = n_end - n_begin >= 2;
         store_output_from_vt_ring<T>(p, smem, sched, staged_tile, staged_phase, tid, pipe.stage(), rest_pending);
+        timeline.mark(kOutputRead);
         staged_phase ^= 1;
       }
       staged_tile = n_end > n_begin ? tile : -1;  // a tile without blocks stores from registers
@@ -188,6 +192,7 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
       Transpose::run(v_stage_base, vt_base, stage, tid);
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
       release(smem.v_full[stage]);
+      if (blocks == n_end - n_begin) timeline.mark(kFirstVtReleased);
       release(smem.v_stage_empty[stage]);
       pipe.advance();
       if (kOutputInRing && rest_pending) {  // the other warpgroup's store has read its slot too

@@ -22,10 +22,21 @@ enum TimelineEvent : int {
   kEpilogueDone,
   kSetupDone,  // the tile's setup (decode, bounds, descales, O cleared) done: the Q wait begins
   kQReadyAtSetup,  // not a stamp: 1 if the tile's Q had landed when the setup was done, else 0
+  // The epilogue's steps (epilogue.hpp):
+  kEpilogueScaled,     // O scaled by 1 / rowsum
+  kEpilogueRingFree,   // in-ring output: the wait for the ring's readers passed
+  kEpilogueStsmIssued, // in-ring output: the last stmatrix issued
+  kEpilogueFenced,     // in-ring output: the async-proxy fence passed (the stmatrix drained)
+  kVtReadyAtFirstPv,   // not a stamp: 1 if the first P V's V (V^T) had landed when it was issued
+  kFirstPvReached,     // the first P V's wait for its V (V^T) begins
   kNumTimelineEvents
 };
 // Producer events per tile (the loader).
 enum ProducerTimelineEvent : int { kTileClaimed, kQIssued, kLastVIssued };
+// FP8 d = 256 transposer thread 0 (role 3) per received tile: the previous tile's O store has read
+// the ring half of the tile's first V^T, and that V^T was released to the consumers.
+enum TransposerTimelineEvent : int { kTransposerReceived, kOutputRead, kFirstVtReleased };
+constexpr int kTransposerRole = 3;
 
 #ifdef HOPATTN_EXP_TIMELINE
 // Stamps in global memory (a static buffer of each kernel's translation unit), so that the probe
@@ -45,8 +56,10 @@ struct Timeline {
   __device__ Timeline()
       : on(threadIdx.x >= 128 && threadIdx.x % 128 == 0 && int(blockIdx.x) == HOPATTN_EXP_TIMELINE),
         role(int(threadIdx.x) / 128) {}
-  // The producer's (constructed by the loader thread only).
-  __device__ explicit Timeline(int producer_role) : on(int(blockIdx.x) == HOPATTN_EXP_TIMELINE), role(producer_role) {}
+  // The producer's: the loader (constructed by that thread only), or transposer thread 0
+  // (kTransposerRole; `records` picks the thread).
+  __device__ explicit Timeline(int producer_role, bool records = true)
+      : on(records && int(blockIdx.x) == HOPATTN_EXP_TIMELINE), role(producer_role) {}
   __device__ __forceinline__ void next_tile() {
     if (on && ++tile < kTimelineMaxTiles) {
       for (int e = 0; e < kNumTimelineEvents; ++e) timeline_stamps[role][tile][e] = 0;
@@ -71,9 +84,10 @@ static __global__ void timeline_print_kernel(bool bwd) {
   for (int role = 0; role < 4; ++role) {
     for (int t = 0; t < timeline_tiles[role]; ++t) {
       const long long* e = timeline_stamps[role][t];
-      static_assert(kNumTimelineEvents == 10, "the line below prints every event");
-      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", bwd ? "bwd " : "", role,
-             t, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9]);
+      static_assert(kNumTimelineEvents == 16, "the line below prints every event");
+      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n",
+             bwd ? "bwd " : "", role, t, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9], e[10], e[11],
+             e[12], e[13], e[14], e[15]);
     }
     timeline_tiles[role] = 0;
   }
@@ -81,7 +95,7 @@ static __global__ void timeline_print_kernel(bool bwd) {
 #else
 struct Timeline {
   __device__ Timeline() {}
-  __device__ explicit Timeline(int) {}
+  __device__ explicit Timeline(int, bool = true) {}
   __device__ __forceinline__ void next_tile() {}
   __device__ __forceinline__ void mark(int) {}
   template <class Value>

@@ -1,8 +1,9 @@
 // Experiment probe, compiled only with -DHOPATTN_EXP_TIMELINE=<cta> (tools/fwd-timeline): SM
 // clock stamps of each tile's phases in one CTA, printed by a one-thread kernel launched after
 // the forward (launch.hpp), so that the cost of a tile boundary splits into its parts (Q arriving,
-// the first Q K^T, the last P V, the epilogue). One thread per role records: the producer's loader
-// and thread 0 of each consumer warpgroup. Without the switch every call compiles to nothing.
+// the first Q K^T, the last P V, the epilogue). One thread per role records: the producer's loader,
+// thread 0 of each consumer warpgroup and, in the FP8 in-ring kernels, transposer thread 0 (role 3,
+// kTransposerRole). Without the switch every call compiles to nothing.
 #pragma once
 
 #include <cstdint>
@@ -49,7 +50,7 @@ static __device__ int timeline_tiles[4];  // tiles each role recorded
 
 struct Timeline {
   bool on;
-  int role, tile = -1;  // role: 0 producer, 1 + w consumer warpgroup w
+  int role, tile = -1;  // role: 0 producer, 1 + w consumer warpgroup w, kTransposerRole (FP8 in-ring)
   // (The no-warp-specialization ablation kernel has no producer: there its warpgroup 1 records as
   // role 1 and warpgroup 0 not at all.)
   // A consumer's: thread 0 of each consumer warpgroup records.

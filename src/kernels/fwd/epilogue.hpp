@@ -63,11 +63,15 @@ struct Epilogue {
     }
     timeline.mark(kEpilogueScaled);
     const int row0 = c.m_block * T::kBlockM;
+    // The output type comes as a value's type (FP8 inputs choose bf16 or fp16 at run time).
+    auto write = [&](auto out) {
+      write_output<decltype(out)>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next, timeline);
+    };
     if constexpr (T::kFp8) {
-      if (p.out_fp16) write_output<cutlass::half_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next, timeline);
-      else write_output<cutlass::bfloat16_t>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next, timeline);
+      if (p.out_fp16) write(cutlass::half_t{});
+      else write(cutlass::bfloat16_t{});
     } else {
-      write_output<typename T::Element>(p, smem, tOrO, tOcO, c, si, row0, tid, had_blocks, v_next, timeline);
+      write(typename T::Element{});
     }
     const bool varlen = p.cu_seqlens_q != nullptr;
     if (p.lse != nullptr && tid % 4 == 0) {

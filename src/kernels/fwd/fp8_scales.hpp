@@ -7,13 +7,12 @@
 // Who reads what: the producer's leader reads the tensor-wide Q and V factors of a tile from
 // global memory as it starts the tile (after claiming it, with K's) and writes them next to the
 // tile's Q buffer (SharedStorage::q_tensor_descale / v_tensor_descale), published by the Q full
-// barrier; the consumers take them right after their Q wait. Before, the consumers loaded them in the tile's
-// setup and the products sat before the Q wait, so a global load's latency was on each tile's
-// start (perf-log, session 52). The consumers read only the Q block factors themselves (two rows
-// per thread), whose products are also formed after the Q wait. The K and
-// V factors of key tile n are read from global memory by the producer's leader, before it waits
-// for the K stage, and written next to that stage (SharedStorage::k_descale / v_descale); the
-// K full barrier publishes them with the tile. The consumers copy them to registers right after
+// barrier; the consumers take them right after their Q wait, so no global load's latency sits on
+// a tile's start (perf-log, session 52). The consumers read only the Q block factors themselves
+// (two rows per thread), whose products are also formed after the Q wait. The K and V factors of
+// key tile n are read from global memory by the producer's leader, before it waits for the K
+// stage, and written next to that stage (SharedStorage::k_descale / v_descale); the K full
+// barrier publishes them with the tile. The consumers copy them to registers right after
 // the K wait and use them only after the GEMMs are issued, so no global-load latency sits on the
 // GEMM issue path (it did when the consumers loaded them: 685 -> 561 TFLOP/s, perf-log).
 #pragma once

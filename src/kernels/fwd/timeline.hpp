@@ -86,7 +86,8 @@ static __global__ void timeline_print_kernel(bool bwd) {
     for (int t = 0; t < timeline_tiles[role]; ++t) {
       const long long* e = timeline_stamps[role][t];
       static_assert(kNumTimelineEvents == 16, "the line below prints every event");
-      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n",
+      printf("timeline %srole %d tile %d: %lld %lld %lld %lld %lld %lld %lld %lld"
+             " %lld %lld %lld %lld %lld %lld %lld %lld\n",
              bwd ? "bwd " : "", role, t, e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7], e[8], e[9], e[10], e[11],
              e[12], e[13], e[14], e[15]);
     }

@@ -47,8 +47,9 @@ HIDDEN = 2048
 ALL_SEQLENS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_SEQLENS = (1024, 4096, 16384)
 IMPLS = ("fa2", "cudnn", "hopattn")
-OPTIONAL_IMPLS = ("hopattn-fp8",)  # not run unless named in --impls
-LABELS = {"fa2": "FA2", "cudnn": "cuDNN", "hopattn": "hopattn", "hopattn-fp8": "hopattn FP8"}
+OPTIONAL_IMPLS = ("hopattn-fp8", "hopattn-fp8-cast")  # not run unless named in --impls
+LABELS = {"fa2": "FA2", "cudnn": "cuDNN", "hopattn": "hopattn", "hopattn-fp8": "hopattn FP8",
+          "hopattn-fp8-cast": "hopattn FP8 (cast)"}
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -202,6 +203,28 @@ class HopattnFp8Impl(HopattnImpl):
         return self.module.flash_attn_func(q8, k8, v8, causal=causal, **descales)
 
 
+class HopattnFp8CastImpl(HopattnImpl):
+    """hopattn's FP8 forward on the inputs cast to e4m3 as they are (no scaling) and no
+    descales: the protocol of the anchors' FlashAttention-3 FP8 column ("its e4m3 forward with no
+    descale"), for a like-for-like comparison with it. The cast happens once per shape, outside
+    the timed region."""
+
+    name = "hopattn-fp8-cast"
+
+    def __init__(self, module):
+        super().__init__(module.flash_attn_func)
+        self._cache = None
+
+    def forward(self, q, k, v, causal: bool):
+        if q.requires_grad and torch.is_grad_enabled():
+            raise NotImplementedError("e4m3 attention is forward-only")
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, *(x.to(torch.float8_e4m3fn) for x in (q, k, v)))
+        _, q8, k8, v8 = self._cache
+        return self.fn(q8, k8, v8, causal=causal)
+
+
 class MissingImpl(Impl):
     """Stands in for an implementation that could not be imported."""
 
@@ -246,6 +269,9 @@ def make_impls(names) -> list:
         elif name == "hopattn-fp8":
             module, reason = import_hopattn()
             impls.append(HopattnFp8Impl(module) if module else MissingImpl(name, reason))
+        elif name == "hopattn-fp8-cast":
+            module, reason = import_hopattn()
+            impls.append(HopattnFp8CastImpl(module) if module else MissingImpl(name, reason))
     return impls
 
 
@@ -385,7 +411,7 @@ def print_table(records: list, impls: list, directions: list, shapes: list) -> N
         for impl in impls:
             cols.append((f"{LABELS[impl]} {d}",
                          lambda s, i=impl, d=d: _fmt(tf.get((i, d, s.hdim, s.causal, s.seqlen)))))
-        for ours in ("hopattn", "hopattn-fp8"):
+        for ours in ("hopattn", "hopattn-fp8", "hopattn-fp8-cast"):
             if ours in impls and "cudnn" in impls:
                 cols.append((f"{LABELS[ours]}/cuDNN {d}", lambda s, d=d, o=ours: _ratio(
                     tf.get((o, d, s.hdim, s.causal, s.seqlen)),

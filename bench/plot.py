@@ -147,7 +147,7 @@ def plot_direction(records: list, direction: str, dtype: str, out_path: Path) ->
     groups = sorted({r["nheads"] // r["nheads_k"] for r in records if r.get("nheads") and r.get("nheads_k")})
     gqa = f", GQA ({'/'.join(map(str, groups))} query heads per K/V head)" if groups and groups != [1] else ""
     # peers.py records an FP8 implementation under the case's dtype: it quantizes those inputs.
-    fp8 = " inputs (the -fp8 bars: quantized to e4m3)" if any("fp8" in r["impl"] for r in records) else ""
+    fp8 = " inputs (the -fp8 bars: e4m3; -fp8: quantized with descales, -fp8-cast: cast, no descale)" if any("fp8" in r["impl"] for r in records) else ""
     fig.suptitle(f"Attention {'forward' if direction == 'fwd' else 'backward'} speed, {dtype}{fp8}{gqa}"
                  + (f" ({gpus})" if gpus else ""), y=1 - 0.05 / height, va="top", fontsize=12)
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 5), fontsize=9,

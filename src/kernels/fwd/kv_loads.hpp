@@ -13,12 +13,21 @@
 
 namespace hopattn::kernels::fwd {
 
+// A K stage's bytes, with the loader's arrive (kArrive) or without it (the caller arrives later).
+template <bool kArrive>
+__device__ __forceinline__ void announce_k_bytes(uint64_t& k_full, uint32_t bytes) {
+  if constexpr (kArrive) expect_bytes(k_full, bytes);
+  else expect_bytes_only(k_full, bytes);
+}
+
 // Runs `walk_blocks(issue_k, issue_v)` (a loader's block walk; issue(n, stage, lap parity) is
 // called once the loader's own side freed the stage) with issuers that load whole blocks into
 // this CTA's stages. sK/gK, sV/gV: the rings' shared stages and the global blocks; v_full: the
 // full barriers of the ring V lands in (the V ring; FP8: the staging ring). `load` false (a
-// timing experiment of producer.hpp) arrives with no bytes and loads nothing.
-template <class T, class SK, class GK, class SV, class GV, class Walk>
+// timing experiment of producer.hpp) arrives with no bytes and loads nothing. With kKArrives
+// false the K issuer only announces the block's bytes (announce_k_bytes): the caller arrives on
+// k_full itself once it has stored what it publishes with the stage (the FP8 loader's descales).
+template <bool kKArrives = true, class T, class SK, class GK, class SV, class GV, class Walk>
 __device__ __forceinline__ void walk_whole_blocks(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                   const SK& sK, const GK& gK, const SV& sV, const GV& gV,
                                                   uint64_t* v_full, Walk&& walk_blocks, bool load = true) {
@@ -27,7 +36,7 @@ __device__ __forceinline__ void walk_whole_blocks(const FwdKernelParams<T>& p, t
   auto v_views = tma_partition(p.tma_v, _0{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
   walk_blocks(
       [&](int n, int stage, uint32_t) {
-        expect_bytes(smem.k_full[stage], load ? T::kBytesKV : 0);
+        announce_k_bytes<kKArrives>(smem.k_full[stage], load ? T::kBytesKV : 0);
         if (load) copy(p.tma_k.with(smem.k_full[stage]), get<0>(k_views)(_, n), get<1>(k_views)(_, stage));
       },
       [&](int n, int stage, uint32_t) {
@@ -40,8 +49,8 @@ __device__ __forceinline__ void walk_whole_blocks(const FwdKernelParams<T>& p, t
 // that the stage is free with the peer (exchange_stage_free), then load this CTA's half of block
 // n into stage `stage` of both CTAs. The multicast descriptors tma_k_mc / tma_v_mc describe the
 // same tensors with the same layouts as tma_k / tma_v (launch.hpp), so their views partition the
-// blocks alike.
-template <class T, class SK, class GK, class SV, class GV, class Walk>
+// blocks alike. kKArrives: as walk_whole_blocks.
+template <bool kKArrives = true, class T, class SK, class GK, class SV, class GV, class Walk>
 __device__ __forceinline__ void walk_multicast_halves(const FwdKernelParams<T>& p, typename T::SharedStorage& smem,
                                                       const SK& sK, const GK& gK, const SV& sV, const GV& gV,
                                                       uint64_t* v_full, Walk&& walk_blocks) {
@@ -53,7 +62,7 @@ __device__ __forceinline__ void walk_multicast_halves(const FwdKernelParams<T>& 
   walk_blocks(
       [&](int n, int stage, uint32_t phase) {
         exchange_stage_free(smem.k_peer_free[stage], phase, rank ^ 1u);
-        expect_bytes(smem.k_full[stage], T::kBytesKV);
+        announce_k_bytes<kKArrives>(smem.k_full[stage], T::kBytesKV);
         copy(p.tma_k_mc.with(smem.k_full[stage], kBothCtas), get<0>(k_half)(_, n), get<1>(k_half)(_, stage));
       },
       [&](int n, int stage, uint32_t phase) {

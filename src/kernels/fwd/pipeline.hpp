@@ -39,6 +39,17 @@ __device__ __forceinline__ void release(uint64_t& bar) { EmptyBarrier::arrive(&b
 __device__ __forceinline__ void expect_bytes(uint64_t& bar, uint32_t bytes) {
   FullBarrier::arrive_and_expect_tx(&bar, bytes);
 }
+// The same in two steps, for a producer that writes something the consumers read with the stage
+// after issuing its load: the bytes first (no arrive: the phase cannot complete yet), then, once
+// the writes are done, publish_stage (arrive, with release semantics; the compiler fence keeps the
+// writes above it).
+__device__ __forceinline__ void expect_bytes_only(uint64_t& bar, uint32_t bytes) {
+  FullBarrier::expect_transaction(&bar, bytes);
+}
+__device__ __forceinline__ void publish_stage(uint64_t& bar) {
+  asm volatile("" ::: "memory");
+  FullBarrier::arrive(&bar);
+}
 
 // 2-CTA clusters (FwdKernelParams::cluster_kv): a K or V stage is written by both CTAs' TMA loads
 // (each multicasts half of the block to both), so a producer may load into stage s only when both

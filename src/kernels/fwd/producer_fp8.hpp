@@ -90,12 +90,14 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
 
     if constexpr (T::kPrefetchNextQ) prefetch(p.tma_q, tQg);  // as producer.hpp
     wait_empty(smem.q_empty[q_pipe.stage], q_pipe.phase);
-    compiler_memory_fence();  // the stores stay between the wait and the arrive
-    smem.q_tensor_descale[q_pipe.stage] = scales.q_tensor;  // published by the arrive below
-    smem.v_tensor_descale[q_pipe.stage] = scales.v_tensor;
-    compiler_memory_fence();
-    expect_bytes(smem.q_full[q_pipe.stage], T::kBytesQ);
+    // Q's load goes out before the descales are stored: a store of a descale waits for its global
+    // load, issued just above. The phase completes only with the arrive, after the stores.
+    expect_bytes_only(smem.q_full[q_pipe.stage], T::kBytesQ);
     copy(p.tma_q.with(smem.q_full[q_pipe.stage]), tQg, tQs(_, q_pipe.stage));
+    compiler_memory_fence();  // the stores stay between the wait and the arrive
+    smem.q_tensor_descale[q_pipe.stage] = scales.q_tensor;
+    smem.v_tensor_descale[q_pipe.stage] = scales.v_tensor;
+    publish_stage(smem.q_full[q_pipe.stage]);
     q_pipe.advance();
     timeline.mark(kQIssued);
 
@@ -107,9 +109,11 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
         // The descales are read before the wait so that their latency overlaps it.
         const float k_scale = scales.k(n), v_scale = scales.v(n);
         wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
-        smem.k_descale[k_pipe.stage] = k_scale;  // published by the arrive in issue_k
+        issue_k(n, k_pipe.stage, k_pipe.phase);  // announces the bytes, no arrive (as Q's above)
+        compiler_memory_fence();
+        smem.k_descale[k_pipe.stage] = k_scale;
         smem.v_descale[k_pipe.stage] = v_scale;
-        issue_k(n, k_pipe.stage, k_pipe.phase);
+        publish_stage(smem.k_full[k_pipe.stage]);
         k_pipe.advance();
         wait_empty(smem.v_stage_empty[v_pipe.stage], v_pipe.phase);
         issue_v(n, v_pipe.stage, v_pipe.phase);
@@ -120,9 +124,9 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
     if (T::kClusterKV && p.cluster_kv) {
       // A staging stage is refilled once both CTAs' transposers have read it, a K stage once both
       // CTAs' consumers (kv_loads.hpp).
-      walk_multicast_halves(p, smem, sK, gK, sV, gV, smem.v_stage_full, walk_blocks);
+      walk_multicast_halves<false>(p, smem, sK, gK, sV, gV, smem.v_stage_full, walk_blocks);
     } else {
-      walk_whole_blocks(p, smem, sK, gK, sV, gV, smem.v_stage_full, walk_blocks);
+      walk_whole_blocks<false>(p, smem, sK, gK, sV, gV, smem.v_stage_full, walk_blocks);
     }
     timeline.mark(kLastVIssued);
   }

@@ -193,36 +193,30 @@ class HopattnFp8Impl(HopattnImpl):
         self.module = module
         self._cache = None
 
+    def to_e4m3(self, q, k, v) -> tuple:
+        """(q8, k8, v8, keyword arguments of the call) from the run's inputs."""
+        q8, k8, v8, descales = self.module.quantize_qkv_fp8(q, k, v)
+        return q8, k8, v8, descales
+
     def forward(self, q, k, v, causal: bool):
         if q.requires_grad and torch.is_grad_enabled():
             raise NotImplementedError("e4m3 attention is forward-only")
         key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape)
         if self._cache is None or self._cache[0] != key:
-            self._cache = (key, *self.module.quantize_qkv_fp8(q, k, v))
-        _, q8, k8, v8, descales = self._cache
-        return self.module.flash_attn_func(q8, k8, v8, causal=causal, **descales)
+            self._cache = (key, self.to_e4m3(q, k, v))
+        q8, k8, v8, kwargs = self._cache[1]
+        return self.fn(q8, k8, v8, causal=causal, **kwargs)
 
 
-class HopattnFp8CastImpl(HopattnImpl):
+class HopattnFp8CastImpl(HopattnFp8Impl):
     """hopattn's FP8 forward on the inputs cast to e4m3 as they are (no scaling) and no
     descales: the protocol of the anchors' FlashAttention-3 FP8 column ("its e4m3 forward with no
-    descale"), for a like-for-like comparison with it. The cast happens once per shape, outside
-    the timed region."""
+    descale"), for a like-for-like comparison with it."""
 
     name = "hopattn-fp8-cast"
 
-    def __init__(self, module):
-        super().__init__(module.flash_attn_func)
-        self._cache = None
-
-    def forward(self, q, k, v, causal: bool):
-        if q.requires_grad and torch.is_grad_enabled():
-            raise NotImplementedError("e4m3 attention is forward-only")
-        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape)
-        if self._cache is None or self._cache[0] != key:
-            self._cache = (key, *(x.to(torch.float8_e4m3fn) for x in (q, k, v)))
-        _, q8, k8, v8 = self._cache
-        return self.fn(q8, k8, v8, causal=causal)
+    def to_e4m3(self, q, k, v) -> tuple:
+        return (*(x.to(torch.float8_e4m3fn) for x in (q, k, v)), {})
 
 
 class MissingImpl(Impl):

@@ -195,8 +195,7 @@ class HopattnFp8Impl(HopattnImpl):
 
     def to_e4m3(self, q, k, v) -> tuple:
         """(q8, k8, v8, keyword arguments of the call) from the run's inputs."""
-        q8, k8, v8, descales = self.module.quantize_qkv_fp8(q, k, v)
-        return q8, k8, v8, descales
+        return self.module.quantize_qkv_fp8(q, k, v)
 
     def forward(self, q, k, v, causal: bool):
         if q.requires_grad and torch.is_grad_enabled():

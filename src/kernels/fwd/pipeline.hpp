@@ -6,6 +6,8 @@
 
 #include <cutlass/arch/barrier.h>
 
+#include "kernels/common/device_utils.hpp"
+
 namespace hopattn::kernels::fwd {
 
 using FullBarrier = cutlass::arch::ClusterTransactionBarrier;  // producer arrives + TMA bytes
@@ -47,7 +49,7 @@ __device__ __forceinline__ void expect_bytes_only(uint64_t& bar, uint32_t bytes)
   FullBarrier::expect_transaction(&bar, bytes);
 }
 __device__ __forceinline__ void publish_stage(uint64_t& bar) {
-  asm volatile("" ::: "memory");
+  compiler_memory_fence();
   FullBarrier::arrive(&bar);
 }
 

@@ -5,7 +5,7 @@
 //   hopattn-bench --table2 [--variant default,...] [--dtype bf16]   the Table 2 ablation shape
 //   hopattn-bench [--batch --seqlen-q --seqlen-k --nheads --nheads-k --hdim --hdim-v --causal
 //                  --window-left --window-right --softcap --dtype --direction]  one shape
-//   common: --warmup --reps --seed --device --json out.json
+//   common: --warmup --reps --seed --qk-std --device --json out.json
 //   variants of each shape, timed in 3 rounds of rotated order (median of the rounds):
 //          --kernels a,b  --variant default,no-pingpong  --l2-section-pairs 0,16  --lag-dq-min-steps 2,3
 //
@@ -66,6 +66,7 @@ struct CliOptions {
   std::vector<int32_t> dq_from_stored_ds;  // empty: the library's rule
   TimingOptions timing;
   uint64_t seed = 0x5eedu;
+  float qk_std = 1.f;
   int device = 0;
   std::string json_path;
 };
@@ -147,6 +148,11 @@ void add_options(CLI::App& app, CliOptions& o) {
                  "More timed launches where --reps of them take less than this (ms)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   app.add_option("--seed", o.seed, "Seed of the random inputs")->capture_default_str();
+  app.add_option("--qk-std", o.qk_std,
+                 "Standard deviation of Q's and K's entries (large: scores jump past the max-free "
+                 "softmax's lag, timing the forward's score recompute)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   app.add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the records (a JSON array) to this file");
 }
@@ -290,11 +296,13 @@ BenchContext make_context(const CliOptions& o, cudaStream_t stream) {
   ctx.stream = stream;
   ctx.timing = o.timing;
   ctx.seed = o.seed;
+  ctx.qk_std = o.qk_std;
   std::printf("# %s (sm_%d%d, %d SMs, L2 %.0f MiB), hopattn %s; %d warm-up (>= %.0f ms) + %d timed "
               "launches (>= %.0f ms), median; inputs rotated so > 2x L2 is touched between reuses\n",
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               static_cast<double>(prop.l2CacheSize) / (1 << 20), hopattn::version(),
               o.timing.warmup, o.timing.min_warmup_ms, o.timing.reps, o.timing.min_timed_ms);
+  if (o.qk_std != 1.f) std::printf("# Q and K entries N(0, %g^2) (--qk-std), V N(0, 1)\n", static_cast<double>(o.qk_std));
   std::fflush(stdout);
   return ctx;
 }

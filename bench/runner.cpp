@@ -43,9 +43,9 @@ uint64_t tensor_seed(uint64_t base, int set, int tensor) {
   return base + 0x100000001b3ull * static_cast<uint64_t>(set * 16 + tensor + 1);
 }
 
-DeviceBuffer random_normal_buffer(int64_t n, DType t, uint64_t seed, cudaStream_t stream) {
+DeviceBuffer random_normal_buffer(int64_t n, DType t, uint64_t seed, cudaStream_t stream, float std = 1.f) {
   DeviceBuffer b(bytes_of(n, t));
-  fill_random_normal(b.get(), t, n, seed, stream);
+  fill_random_normal(b.get(), t, n, seed, stream, std);
   return b;
 }
 
@@ -53,8 +53,8 @@ BufferSet allocate_set(const Case& c, int set, const BenchContext& ctx) {
   const Elements n = element_counts(c);
   const DType od = out_dtype(c.dtype);
   BufferSet b;
-  b.q = random_normal_buffer(n.q, c.dtype, tensor_seed(ctx.seed, set, 0), ctx.stream);
-  b.k = random_normal_buffer(n.k, c.dtype, tensor_seed(ctx.seed, set, 1), ctx.stream);
+  b.q = random_normal_buffer(n.q, c.dtype, tensor_seed(ctx.seed, set, 0), ctx.stream, ctx.qk_std);
+  b.k = random_normal_buffer(n.k, c.dtype, tensor_seed(ctx.seed, set, 1), ctx.stream, ctx.qk_std);
   b.v = random_normal_buffer(n.v, c.dtype, tensor_seed(ctx.seed, set, 2), ctx.stream);
   b.out = DeviceBuffer(bytes_of(n.out, od));  // written by the forward
   b.lse = DeviceBuffer(bytes_of(n.lse, DType::kFloat32));

@@ -303,8 +303,8 @@ std::vector<Fp8Case> coverage() {
   add([](Fp8Case& c) { c.a.seqlen_q = 513; c.a.seqlen_k = 1000; c.a.nheads = 8; c.a.nheads_k = 2; c.kv_block_rows = 128; c.out_fp16 = true; });
   // Scores of the blocks visited last far above the offsets kept from the first: by 2^8 to 2^128
   // in the exp2 domain (the offsets are lifted by a power of two), and beyond 2^128 (the exps
-  // overflow and the block's scores are recomputed from the codes in global memory). Per-tensor
-  // and block descales, causal, GQA, varlen, a d64 and a d256 case.
+  // overflow and the block's scores are recomputed from the codes in global memory, on warp
+  // MMAs). Per-tensor and block descales, causal, GQA, varlen, d64 and d256 cases.
   add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; });
   add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; c.kv_block_rows = 128; });
   add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 300; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
@@ -313,6 +313,8 @@ std::vector<Fp8Case> coverage() {
   add([](Fp8Case& c) { c.a.varlen_q = {129, 300, 17}; c.a.varlen_k = {400, 300, 260}; c.a.gain_keys = 200; c.a.key_gain = 64.f; });
   add([](Fp8Case& c) { c.a.head_dim = 64; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.a.gain_keys = 200; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
   add([](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.a.gain_keys = 200; c.a.key_gain = 8.f; c.kv_block_rows = 128; });
+  add([](Fp8Case& c) { c.a.head_dim = 256; c.a.seqlen_q = 200; c.a.seqlen_k = 500; c.a.gain_keys = 200; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
+  add([](Fp8Case& c) { c.a.head_dim = 256; c.a.nheads = 4; c.a.nheads_k = 2; c.a.varlen_q = {129, 300, 17}; c.a.varlen_k = {400, 300, 260}; c.a.gain_keys = 200; c.a.key_gain = 64.f; });
   // d64 has two kernels (192-row tiles with three consumer warpgroups; 128-row tiles for short
   // causal problems): each on the other's problems. 1000 = 5 x 192 + 40 leaves warpgroups idle.
   const std::string d64 = "fwd_sm90_e4m3_hd64", d64_masked = "fwd_sm90_e4m3_hd64_masked";
@@ -322,6 +324,7 @@ std::vector<Fp8Case> coverage() {
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64; c.a.window_left = 100; c.a.window_right = 30; c.a.seqlen_q = 500; c.a.seqlen_k = 700; });
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64; c.a.seqlen_q = 1100; c.a.seqlen_k = 1100; c.a.causal = true; c.a.gain_keys = 200; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64_masked; c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; });
+  add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64_masked; c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 300; c.a.key_gain = 64.f; c.kv_block_rows = 128; });
   add([&](Fp8Case& c) { c.a.head_dim = 64; c.a.force_kernel = d64_masked; c.a.seqlen_q = 333; c.a.seqlen_k = 2100; c.a.nheads = 8; c.a.nheads_k = 1; c.out_fp16 = true; });
   // Staged outputs (O through shared memory and TMA stores): d128's short-key kernel (up to 4096
   // keys) and d256's kernel, whose buffer is the V^T ring (the transposers refill it only after

@@ -92,6 +92,15 @@ CUTLASS_DEVICE T* opaque_here(T* ptr) {
   return ptr;
 }
 
+CUTLASS_DEVICE int opaque_here(int v) {
+  asm volatile("mov.b32 %0, %0;" : "+r"(v));
+  return v;
+}
+CUTLASS_DEVICE int64_t opaque_here(int64_t v) {
+  asm volatile("mov.b64 %0, %0;" : "+l"(v));
+  return v;
+}
+
 // The same integer, but one the compiler cannot rewrite as an expression of its operands: a
 // comparison of a constant with it stays a comparison with an immediate (the forward's mask
 // bounds; without it the compiler moved a per-thread term back to the constant's side, one add

@@ -24,6 +24,7 @@
 #include "kernels/fwd/mask.hpp"
 #include "kernels/fwd/params.hpp"
 #include "kernels/fwd/pipeline.hpp"
+#include "kernels/fwd/score_recompute.hpp"
 #include "kernels/fwd/softmax.hpp"
 #include "kernels/fwd/tile_scheduler.hpp"
 #include "kernels/fwd/timeline.hpp"
@@ -179,19 +180,60 @@ struct Consumer {
     return softmax.template step<false>(s_rc, rs.log2_mult, o_scale);
   }
 
-  // This thread's raw scores of key block n (sum over d of Q times K, as stored: e4m3 codes or
-  // 16-bit values), recomputed from global memory: the rare path of the max-free blocks where an
-  // exp overflowed and the accumulator no longer holds them. Rows past seqlen_q get 0 (never
-  // stored); keys past seqlen_k get 0 (masked afterwards). Written as rolled loops, each score
-  // placed into its register by an unrolled compare-and-select, so that the path costs little
-  // code inside the mainloop (fully unrolled: about as fast at d64 and d128, 172 bytes of spill
-  // at d256; perf-log, session 14). For 16-bit inputs the FP32 sum runs in another order than the
-  // tensor cores' and may differ from theirs in the last bits, as any recompute would.
+  // The raw scores of key block n (sum over d of Q times K, as stored: e4m3 codes or 16-bit
+  // values), recomputed from global memory: the rare path of the max-free blocks where an exp
+  // overflowed and the accumulator no longer holds them. Rows past seqlen_q and keys past seqlen_k
+  // get 0 (the latter are masked afterwards). Called warp-uniformly (the softmax's votes). Any
+  // recompute's FP32 sums may differ from the WGMMA's in the last bits.
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void recompute_scores(TensorS& s_rc, const TensorC& tScS, const TileCoord& c,
                                                    const SeqInfo& si, int n) const {
-    using namespace cute;
     static_assert(T::kMaxFreeBlocks, "only kernels with max-free blocks recompute scores");
+    if constexpr (T::kRecomputeOnTensorCores) recompute_scores_on_tensor_cores(s_rc, tScS, c, si, n);
+    else recompute_scores_per_element(s_rc, tScS, c, si, n);
+  }
+
+  // T::kRecomputeOnTensorCores (FP8 with two consumer warpgroups): the warp's 16 rows on
+  // warp-level MMAs (score_recompute.hpp). Every input passes through opaque_here: what is derived
+  // from it (row addresses, strides, bounds) is loop-invariant, and the compiler would otherwise
+  // hoist it out of the mainloop, holding registers through every iteration (the kernels whose
+  // consumers lack the registers even so keep the per-element path below).
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ void recompute_scores_on_tensor_cores(TensorS& s_rc, const TensorC& tScS,
+                                                                   const TileCoord& c, const SeqInfo& si,
+                                                                   int n) const {
+    using namespace cute;
+    Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
+    const bool varlen = p.cu_seqlens_q != nullptr;
+    const Element* q_raw = opaque_here(p.q_raw);
+    const Element* k_raw = opaque_here(p.k_raw);
+    const int64_t q_stride = opaque_here(p.q_row_stride), k_stride = opaque_here(p.k_row_stride);
+    const int m_row0 = opaque_here(c.m_block) * T::kBlockM;
+    const int head = opaque_here(c.head), batch = varlen ? 0 : opaque_here(c.batch);
+    const Element* q_head =
+        q_raw + head * p.q_head_stride + batch * p.q_batch_stride + int64_t(si.q_offset) * q_stride;
+    const Element* k_head = k_raw + (head / p.head_group) * p.k_head_stride + batch * p.k_batch_stride +
+                            int64_t(si.k_offset) * k_stride;
+    const int lane = warpgroup_thread_fresh() % 32;
+    const int row_lo = m_row0 + get<0>(c_rc(0, 0));
+    const int row_hi = m_row0 + get<0>(c_rc(1, 0));
+    // Column 0 of this lane is key 2 (lane % 4) of the block; its B operand reads key lane / 4.
+    const int key_lane = n * T::kBlockN + get<1>(c_rc(0, 0)) - 2 * (lane % 4) + lane / 4;
+    static_assert(sizeof(Element) == 1, "e4m3 codes");
+    warp_scores_from_global<T::kHeadDim>(
+        s_rc, lane, reinterpret_cast<const uint8_t*>(q_head + int64_t(row_lo) * q_stride), row_lo < si.seqlen_q,
+        row_hi < si.seqlen_q, p.q_rows8_bytes, reinterpret_cast<const uint8_t*>(k_head + int64_t(key_lane) * k_stride),
+        p.k_rows8_bytes, si.seqlen_k - key_lane);
+  }
+
+  // Otherwise this thread's scores one by one. Written as rolled loops, each score placed into its
+  // register by an unrolled compare-and-select, so that the path costs little code inside the
+  // mainloop (fully unrolled: about as fast at d64 and d128, 172 bytes of spill at d256; perf-log,
+  // session 14).
+  template <class TensorS, class TensorC>
+  __device__ __forceinline__ void recompute_scores_per_element(TensorS& s_rc, const TensorC& tScS,
+                                                               const TileCoord& c, const SeqInfo& si, int n) const {
+    using namespace cute;
     Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
     const bool varlen = p.cu_seqlens_q != nullptr;
     // Deferred, the base pointers are kept from being computed ahead of the rare branch.

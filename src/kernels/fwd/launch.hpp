@@ -100,6 +100,8 @@ void set_raw_qk_fields(FwdKernelParams<T>& p, const FwdArgs& a) {
   p.k_row_stride = a.k_stride.row;
   p.k_head_stride = a.k_stride.head;
   p.k_batch_stride = a.k_stride.batch;
+  p.q_rows8_bytes = 8 * a.q_stride.row * int64_t(sizeof(typename T::Element));
+  p.k_rows8_bytes = 8 * a.k_stride.row * int64_t(sizeof(typename T::Element));
 }
 
 // The TMA store of O (Output::kStaged). TMA clips rows at the tensor's end (dense); varlen

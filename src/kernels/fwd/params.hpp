@@ -54,6 +54,10 @@ struct FwdKernelParams {
   const typename Traits::Element* k_raw{};
   int64_t q_row_stride{}, q_head_stride{}, q_batch_stride{};
   int64_t k_row_stride{}, k_head_stride{}, k_batch_stride{};
+  // Bytes from a row to the row 8 further on (the recompute's warp MMAs: query rows g and g + 8,
+  // keys of consecutive 8-key chunks), read from the parameters where used so that they hold no
+  // register through the mainloop.
+  int64_t q_rows8_bytes{}, k_rows8_bytes{};
   bool out_fp16{};
 
   bool pingpong{};

@@ -49,31 +49,31 @@ __device__ __forceinline__ __nv_fp8_e4m3 from_float<__nv_fp8_e4m3>(float x) {
 }
 
 template <typename T>
-__global__ void fill_normal_kernel(T* out, int64_t n, uint64_t seed, float std) {
+__global__ void fill_normal_kernel(T* out, int64_t n, uint64_t seed, float stddev) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
-    out[i] = from_float<T>(std * standard_normal(seed, static_cast<uint64_t>(i)));
+    out[i] = from_float<T>(stddev * standard_normal(seed, static_cast<uint64_t>(i)));
 }
 
 template <typename T>
-void launch_fill(void* data, int64_t n, uint64_t seed, float std, cudaStream_t stream) {
+void launch_fill(void* data, int64_t n, uint64_t seed, float stddev, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
   fill_normal_kernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-      static_cast<T*>(data), n, seed, std);
+      static_cast<T*>(data), n, seed, stddev);
   BENCH_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
 void fill_random_normal(void* data, hopattn::DType dtype, int64_t n, uint64_t seed,
-                        cudaStream_t stream, float std) {
+                        cudaStream_t stream, float stddev) {
   if (n <= 0) return;
   switch (dtype) {
-    case hopattn::DType::kFloat16: return launch_fill<__half>(data, n, seed, std, stream);
-    case hopattn::DType::kBFloat16: return launch_fill<__nv_bfloat16>(data, n, seed, std, stream);
-    case hopattn::DType::kFloat8E4M3: return launch_fill<__nv_fp8_e4m3>(data, n, seed, std, stream);
-    case hopattn::DType::kFloat32: return launch_fill<float>(data, n, seed, std, stream);
+    case hopattn::DType::kFloat16: return launch_fill<__half>(data, n, seed, stddev, stream);
+    case hopattn::DType::kBFloat16: return launch_fill<__nv_bfloat16>(data, n, seed, stddev, stream);
+    case hopattn::DType::kFloat8E4M3: return launch_fill<__nv_fp8_e4m3>(data, n, seed, stddev, stream);
+    case hopattn::DType::kFloat32: return launch_fill<float>(data, n, seed, stddev, stream);
     case hopattn::DType::kInt32: break;
   }
   throw std::invalid_argument("fill_random_normal: no normal fill for dtype " +

@@ -9,9 +9,9 @@
 
 namespace hopattn_bench {
 
-// Writes n normal values of standard deviation `std`, rounded to dtype (fp16, bf16, e4m3 or fp32;
+// Writes n normal values of standard deviation `stddev`, rounded to dtype (fp16, bf16, e4m3 or fp32;
 // e4m3 saturates at +-448), to data.
 void fill_random_normal(void* data, hopattn::DType dtype, int64_t n, uint64_t seed,
-                        cudaStream_t stream, float std = 1.f);
+                        cudaStream_t stream, float stddev = 1.f);
 
 }  // namespace hopattn_bench

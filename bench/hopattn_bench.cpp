@@ -151,7 +151,7 @@ void add_options(CLI::App& app, CliOptions& o) {
   app.add_option("--qk-std", o.qk_std,
                  "Standard deviation of Q's and K's entries (large: scores jump past the max-free "
                  "softmax's lag, timing the forward's score recompute)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1e-3f, 1e3f))
       ->capture_default_str();
   app.add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
   app.add_option("--json", o.json_path, "Write the records (a JSON array) to this file");
@@ -302,7 +302,8 @@ BenchContext make_context(const CliOptions& o, cudaStream_t stream) {
               prop.name, prop.major, prop.minor, prop.multiProcessorCount,
               static_cast<double>(prop.l2CacheSize) / (1 << 20), hopattn::version(),
               o.timing.warmup, o.timing.min_warmup_ms, o.timing.reps, o.timing.min_timed_ms);
-  if (o.qk_std != 1.f) std::printf("# Q and K entries N(0, %g^2) (--qk-std), V N(0, 1)\n", static_cast<double>(o.qk_std));
+  if (o.qk_std != 1.f)
+    std::printf("# Q and K entries N(0, %g^2) (--qk-std), V N(0, 1)\n", static_cast<double>(o.qk_std));
   std::fflush(stdout);
   return ctx;
 }

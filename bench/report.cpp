@@ -76,6 +76,7 @@ nlohmann::ordered_json json_record(const Case& c, const CaseResult& r, const Ben
   j["dq_convert_sms"] = c.dq_convert_sms;      // 0: the library's rule
   j["split_tail_tiles"] = c.split_tail_tiles;  // 0: the library's rule
   j["dq_from_stored_ds"] = c.dq_from_stored_ds;  // 0: the library's rule
+  j["qk_std"] = ctx.qk_std;                      // 1: Q and K entries N(0, 1)
   if (c.direction == Direction::kBwd) j["deterministic"] = c.deterministic;
   if (r.supported) {
     j["flops"] = r.flops;

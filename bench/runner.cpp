@@ -43,9 +43,9 @@ uint64_t tensor_seed(uint64_t base, int set, int tensor) {
   return base + 0x100000001b3ull * static_cast<uint64_t>(set * 16 + tensor + 1);
 }
 
-DeviceBuffer random_normal_buffer(int64_t n, DType t, uint64_t seed, cudaStream_t stream, float std = 1.f) {
+DeviceBuffer random_normal_buffer(int64_t n, DType t, uint64_t seed, cudaStream_t stream, float stddev = 1.f) {
   DeviceBuffer b(bytes_of(n, t));
-  fill_random_normal(b.get(), t, n, seed, stream, std);
+  fill_random_normal(b.get(), t, n, seed, stream, stddev);
   return b;
 }
 

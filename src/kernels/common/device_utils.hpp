@@ -92,6 +92,7 @@ CUTLASS_DEVICE T* opaque_here(T* ptr) {
   return ptr;
 }
 
+// The same for integers (volatile, unlike opaque_int below: not hoisted either).
 CUTLASS_DEVICE int opaque_here(int v) {
   asm volatile("mov.b32 %0, %0;" : "+r"(v));
   return v;

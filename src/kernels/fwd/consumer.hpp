@@ -193,36 +193,43 @@ struct Consumer {
     else recompute_scores_per_element(s_rc, tScS, c, si, n);
   }
 
-  // T::kRecomputeOnTensorCores (FP8 with two consumer warpgroups): the warp's 16 rows on
-  // warp-level MMAs (score_recompute.hpp). Every input passes through opaque_here: what is derived
-  // from it (row addresses, strides, bounds) is loop-invariant, and the compiler would otherwise
-  // hoist it out of the mainloop, holding registers through every iteration (the kernels whose
-  // consumers lack the registers even so keep the per-element path below).
+  // Row 0 of this tile's sequence in Q and K as stored, for the recomputes.
+  struct RawHeads {
+    const Element* q;
+    const Element* k;
+  };
+  __device__ __forceinline__ RawHeads raw_heads(const Element* q_raw, const Element* k_raw, int head, int batch,
+                                                int64_t q_row_stride, int64_t k_row_stride,
+                                                const SeqInfo& si) const {
+    const bool varlen = p.cu_seqlens_q != nullptr;  // sequences packed along the rows
+    const Element* q = q_raw + head * p.q_head_stride + (varlen ? 0 : batch * p.q_batch_stride);
+    const Element* k = k_raw + (head / p.head_group) * p.k_head_stride + (varlen ? 0 : batch * p.k_batch_stride);
+    return {q + int64_t(si.q_offset) * q_row_stride, k + int64_t(si.k_offset) * k_row_stride};
+  }
+
+  // T::kRecomputeOnTensorCores (FP8 kernels, by the traits' policy): the warp's 16 rows on
+  // warp-level MMAs (score_recompute.hpp). The base pointers, row strides and tile coordinates
+  // pass through opaque_here (volatile): what is derived from them (row addresses, head and
+  // batch offsets) is loop-invariant, and the compiler would otherwise hoist it out of the
+  // mainloop, holding registers through every iteration.
   template <class TensorS, class TensorC>
   __device__ __forceinline__ void recompute_scores_on_tensor_cores(TensorS& s_rc, const TensorC& tScS,
                                                                    const TileCoord& c, const SeqInfo& si,
                                                                    int n) const {
     using namespace cute;
     Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
-    const bool varlen = p.cu_seqlens_q != nullptr;
-    const Element* q_raw = opaque_here(p.q_raw);
-    const Element* k_raw = opaque_here(p.k_raw);
     const int64_t q_stride = opaque_here(p.q_row_stride), k_stride = opaque_here(p.k_row_stride);
+    const RawHeads heads = raw_heads(opaque_here(p.q_raw), opaque_here(p.k_raw), opaque_here(c.head),
+                                     opaque_here(c.batch), q_stride, k_stride, si);
     const int m_row0 = opaque_here(c.m_block) * T::kBlockM;
-    const int head = opaque_here(c.head), batch = varlen ? 0 : opaque_here(c.batch);
-    const Element* q_head =
-        q_raw + head * p.q_head_stride + batch * p.q_batch_stride + int64_t(si.q_offset) * q_stride;
-    const Element* k_head = k_raw + (head / p.head_group) * p.k_head_stride + batch * p.k_batch_stride +
-                            int64_t(si.k_offset) * k_stride;
     const int lane = warpgroup_thread_fresh() % 32;
     const int row_lo = m_row0 + get<0>(c_rc(0, 0));
     const int row_hi = m_row0 + get<0>(c_rc(1, 0));
-    // Column 0 of this lane is key 2 (lane % 4) of the block; its B operand reads key lane / 4.
-    const int key_lane = n * T::kBlockN + get<1>(c_rc(0, 0)) - 2 * (lane % 4) + lane / 4;
+    const int key_lane = n * T::kBlockN + lane / 4;  // chunk 0's key for this lane's B operand
     static_assert(sizeof(Element) == 1, "e4m3 codes");
     warp_scores_from_global<T::kHeadDim>(
-        s_rc, lane, reinterpret_cast<const uint8_t*>(q_head + int64_t(row_lo) * q_stride), row_lo < si.seqlen_q,
-        row_hi < si.seqlen_q, p.q_rows8_bytes, reinterpret_cast<const uint8_t*>(k_head + int64_t(key_lane) * k_stride),
+        s_rc, lane, reinterpret_cast<const uint8_t*>(heads.q + int64_t(row_lo) * q_stride), row_lo < si.seqlen_q,
+        row_hi < si.seqlen_q, p.q_rows8_bytes, reinterpret_cast<const uint8_t*>(heads.k + int64_t(key_lane) * k_stride),
         p.k_rows8_bytes, si.seqlen_k - key_lane);
   }
 
@@ -235,14 +242,10 @@ struct Consumer {
                                                                const TileCoord& c, const SeqInfo& si, int n) const {
     using namespace cute;
     Tensor c_rc = make_tensor(tScS.data(), acc_as_rowcol(tScS.layout()));  // pairs with s_rc element-wise
-    const bool varlen = p.cu_seqlens_q != nullptr;
     // Deferred, the base pointers are kept from being computed ahead of the rare branch.
     const Element* q_raw = T::kRecomputeAfterPvWait ? opaque_here(p.q_raw) : p.q_raw;
     const Element* k_raw = T::kRecomputeAfterPvWait ? opaque_here(p.k_raw) : p.k_raw;
-    const Element* q_head = q_raw + c.head * p.q_head_stride + (varlen ? 0 : c.batch * p.q_batch_stride) +
-                            int64_t(si.q_offset) * p.q_row_stride;
-    const Element* k_head = k_raw + (c.head / p.head_group) * p.k_head_stride +
-                            (varlen ? 0 : c.batch * p.k_batch_stride) + int64_t(si.k_offset) * p.k_row_stride;
+    const RawHeads heads = raw_heads(q_raw, k_raw, c.head, c.batch, p.q_row_stride, p.k_row_stride, si);
     constexpr int kCount = decltype(size(s_rc))::value;
 #pragma unroll 1
     for (int e = 0; e < kCount; ++e) {
@@ -250,8 +253,8 @@ struct Consumer {
       const int col = n * T::kBlockN + get<1>(c_rc(e));
       float acc = 0.f;
       if (row < si.seqlen_q && col < si.seqlen_k) {
-        const Element* q = q_head + row * p.q_row_stride;
-        const Element* k = k_head + col * p.k_row_stride;
+        const Element* q = heads.q + row * p.q_row_stride;
+        const Element* k = heads.k + col * p.k_row_stride;
 #pragma unroll 1
         for (int d = 0; d < T::kHeadDim; d += 2) {
           const float2 qf = load_pair_as_float2(q + d);

@@ -9,8 +9,8 @@
 // its two query rows and from key 8j + g, converting each word's four codes exactly to two f16
 // pairs, and issuing one m16n8k16 f16 MMA: its k slots 2q, 2q + 1 take the slice's bytes 4q,
 // 4q + 1 and slots 8 + 2q, 9 + 2q bytes 4q + 2, 4q + 3, in A and B alike, a permutation of the
-// slice's 16 d that the sum does not see. (Hopper runs an e4m3 mma.sync as two f16 HMMAs after
-// the same conversion.)
+// slice's 16 d that the sum does not see. (An e4m3 m16n8k32 mma.sync, tried first, compiled to
+// the same conversions and two HMMA.16816 in this kernel's SASS.)
 //
 // Register pressure shapes the loops: the mainloop around this path holds O and S, and whatever
 // this path keeps live at once is taken from the loop's registers. So chunks and slices are both
@@ -54,13 +54,14 @@ __device__ __forceinline__ void slice_mma(float (&acc)[4], uint32_t a_lo, uint32
 // q_lo: this lane's first query row (g), its second 8 rows on (rows8_q_bytes); each read only
 // where *_valid. k_lane: the key of chunk 0 that this lane's B operand reads (block start + g),
 // the next chunk's rows8_k_bytes on; keys_left: keys from k_lane to the end of the sequence
-// (chunks at or past it read zeros). Must run on all 32 lanes of the warp (a warp-uniform branch).
+// (chunks at or past it read zeros: a guard, since the only partial block, a sequence's last, is
+// the first one processed and never recomputes). Must run on all 32 lanes of the warp (a
+// warp-uniform branch).
 template <int kHeadDim, class TensorS>
 __device__ __forceinline__ void warp_scores_from_global(TensorS& s_rc, int lane, const uint8_t* q_lo, bool lo_valid,
                                                         bool hi_valid, int64_t rows8_q_bytes, const uint8_t* k_lane,
                                                         int64_t rows8_k_bytes, int keys_left) {
   using namespace cute;
-  // s_rc's width: the block's keys / 4 (a narrow first block's are fewer).
   constexpr int kChunks = decltype(size<1>(s_rc))::value / 2;
   static_assert(kHeadDim % 16 == 0, "the MMAs step through d by 16 bytes");
   static_assert(decltype(size<0>(s_rc))::value == 2 && decltype(size<1>(s_rc))::value == 2 * kChunks,
@@ -71,18 +72,18 @@ __device__ __forceinline__ void warp_scores_from_global(TensorS& s_rc, int lane,
 #pragma unroll 1
   for (int j = 0; j < kChunks; ++j, b_row += rows8_k_bytes) {
     const bool key_valid = 8 * j < keys_left;
-    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    float sums[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll 1
     for (int slice = 0; slice < kHeadDim; slice += 16)
-      slice_mma(d, operand_word(a_lo + slice, lo_valid), operand_word(a_lo + rows8_q_bytes + slice, hi_valid),
+      slice_mma(sums, operand_word(a_lo + slice, lo_valid), operand_word(a_lo + rows8_q_bytes + slice, hi_valid),
                 operand_word(b_row + slice, key_valid));
     CUTE_UNROLL
     for (int slot = 0; slot < kChunks; ++slot) {
       if (slot == j) {
-        s_rc(0, 2 * slot) = d[0];
-        s_rc(0, 2 * slot + 1) = d[1];
-        s_rc(1, 2 * slot) = d[2];
-        s_rc(1, 2 * slot + 1) = d[3];
+        s_rc(0, 2 * slot) = sums[0];
+        s_rc(0, 2 * slot + 1) = sums[1];
+        s_rc(1, 2 * slot) = sums[2];
+        s_rc(1, 2 * slot + 1) = sums[3];
       }
     }
   }

@@ -102,8 +102,8 @@ struct FwdTraits {
   // deferred until the wait for P V (then P's registers are free). d192 spills 44 bytes with
   // the first and none with the second; d96, d128 and FP8 (0.84-0.98 deferred) keep the first.
   static constexpr bool kRecomputeAfterPvWait = kHeadDim_ == 192;
-  // 16-bit kernels recompute per element: on warp MMAs (FP8's path) d128's and d192's spilled
-  // 48-72 bytes into the mainloop (perf-log, session 55).
+  // 16-bit kernels recompute per element: on warp MMAs (m16n8k8 on the raw words) d128's and
+  // d192's spilled 40-72 bytes into the mainloop (perf-log, session 55).
   static constexpr bool kRecomputeOnTensorCores = false;
   // The consumer warpgroups pass the GEMM token (pingpong, Consumer's Pingpong); the run-time
   // ablation switch (FwdTuning::disable_pingpong) can only turn it off.

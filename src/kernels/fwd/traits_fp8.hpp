@@ -21,10 +21,11 @@
 #include "kernels/fwd/tile_scheduler.hpp"
 #include "kernels/fwd/traits.hpp"
 
-// Experiment switch for FwdFp8Traits::kRecomputeOnTensorCores: -1 = the policy below, 0 = the
-// per-element recompute everywhere, 1 = warp MMAs in every two-warpgroup kernel (d256 included).
+// Experiment switch for FwdFp8Traits::kRecomputeOnTensorCores: 0 = the per-element recompute
+// everywhere (the default until the hot paths are timed), 1 = warp MMAs in FP8 d128 and d64's
+// 128-row kernel, 2 = in d256 too.
 #ifndef HOPATTN_EXP_RECOMPUTE_MMA
-#define HOPATTN_EXP_RECOMPUTE_MMA -1
+#define HOPATTN_EXP_RECOMPUTE_MMA 0
 #endif
 
 namespace hopattn::kernels::fwd {
@@ -64,15 +65,16 @@ struct FwdFp8Traits {
   // -6..+7% at d256 against taking them (perf-log, session 14).
   static constexpr bool kMaxFreeBlocks = true;
   static constexpr bool kRecomputeAfterPvWait = false;  // deferred: d64 0.84-0.97 (traits.hpp)
-  // The rare recompute on warp MMAs (score_recompute.hpp) in the kernels with two consumer
-  // warpgroups, except d256: where every block recomputes, d64's 128-row kernel ran 10x faster
-  // and d256 12x (perf-log, session 55). With three consumer warpgroups (152 registers each,
-  // d64's 192-row tiles) it spilled 40 bytes into the mainloop (-1.9% at 1k); d256 spilled
-  // nothing more but read 0.98 at 1k in two A/Bs (bimodal rounds, possibly noise), and its 1k
-  // cell is issue 5's closest: both keep the per-element recompute. d128 and d64's 128-row
-  // kernel compile without spills; their hot paths are not yet A/B-timed.
+  // The rare recompute on warp MMAs (score_recompute.hpp), switched on by
+  // -DHOPATTN_EXP_RECOMPUTE_MMA: where every block recomputes, d64's 128-row kernel ran 10x
+  // faster and d256 12x (perf-log, session 55). Candidates are the kernels with two consumer
+  // warpgroups: with three (152 registers each, d64's 192-row tiles) it spilled 40 bytes into
+  // the mainloop (-1.9% at 1k). d128 and d64's 128-row kernel compile without spills but their
+  // hot paths are not yet timed; d256 spilled nothing more but read 0.98 at 1k in two A/Bs
+  // (bimodal base rounds, possibly noise), and its 1k cell is issue 5's closest. Off by default
+  // until those A/Bs say it costs nothing.
   static constexpr bool kRecomputeOnTensorCores =
-      kBlockM_ == 128 && (HOPATTN_EXP_RECOMPUTE_MMA > 0 || (HOPATTN_EXP_RECOMPUTE_MMA < 0 && kHeadDim_ < 256));
+      kBlockM_ == 128 && (HOPATTN_EXP_RECOMPUTE_MMA >= 2 || (HOPATTN_EXP_RECOMPUTE_MMA == 1 && kHeadDim_ < 256));
   // Pingpong (traits.hpp): d = 256 only. Since the max-free blocks shortened the softmax (session
   // 14), the token costs more than it orders at d = 64 and 128: without it d128 +5..12% unmasked
   // and +2..8% causal, d64 +1.6..3.2% (its 1k unmasked -1%; H100, perf-log session 27). At d = 256

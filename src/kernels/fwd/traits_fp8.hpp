@@ -22,10 +22,9 @@
 #include "kernels/fwd/traits.hpp"
 
 // Experiment switch for FwdFp8Traits::kRecomputeOnTensorCores: 0 = the per-element recompute
-// everywhere (the default until the hot paths are timed), 1 = warp MMAs in FP8 d128 and d64's
-// 128-row kernel, 2 = in d256 too.
+// everywhere, 1 = warp MMAs in FP8 d256 (the default), 2 = in d128 and d64's 128-row kernel too.
 #ifndef HOPATTN_EXP_RECOMPUTE_MMA
-#define HOPATTN_EXP_RECOMPUTE_MMA 0
+#define HOPATTN_EXP_RECOMPUTE_MMA 1
 #endif
 
 namespace hopattn::kernels::fwd {
@@ -65,16 +64,15 @@ struct FwdFp8Traits {
   // -6..+7% at d256 against taking them (perf-log, session 14).
   static constexpr bool kMaxFreeBlocks = true;
   static constexpr bool kRecomputeAfterPvWait = false;  // deferred: d64 0.84-0.97 (traits.hpp)
-  // The rare recompute on warp MMAs (score_recompute.hpp), switched on by
-  // -DHOPATTN_EXP_RECOMPUTE_MMA: where every block recomputes, d64's 128-row kernel ran 10x
-  // faster and d256 12x (perf-log, session 55). Candidates are the kernels with two consumer
-  // warpgroups: with three (152 registers each, d64's 192-row tiles) it spilled 40 bytes into
-  // the mainloop (-1.9% at 1k). d128 and d64's 128-row kernel compile without spills but their
-  // hot paths are not yet timed; d256 spilled nothing more but read 0.98 at 1k in two A/Bs
-  // (bimodal base rounds, possibly noise), and its 1k cell is issue 5's closest. Off by default
-  // until those A/Bs say it costs nothing.
+  // The rare recompute on warp MMAs (score_recompute.hpp): where every block recomputes, d256
+  // ran 12x faster and d64's 128-row kernel 10x (perf-log, session 55). On in d256, whose hot
+  // path it leaves unchanged (1k 1.006, 8k 0.998, 5 rounds, session 56). Not in d128 and d64's
+  // 128-row kernel (no spills, but the hot path read 0.983 at 1k and 0.980 at causal 1k, 5
+  // rounds, session 56: -DHOPATTN_EXP_RECOMPUTE_MMA=2 builds it there) nor in d64's 192-row
+  // kernel (three consumer warpgroups of 152 registers: it spilled 40 bytes into the mainloop,
+  // -1.9% at 1k).
   static constexpr bool kRecomputeOnTensorCores =
-      kBlockM_ == 128 && (HOPATTN_EXP_RECOMPUTE_MMA >= 2 || (HOPATTN_EXP_RECOMPUTE_MMA == 1 && kHeadDim_ < 256));
+      kBlockM_ == 128 && ((HOPATTN_EXP_RECOMPUTE_MMA >= 1 && kHeadDim_ >= 256) || HOPATTN_EXP_RECOMPUTE_MMA >= 2);
   // Pingpong (traits.hpp): d = 256 only. Since the max-free blocks shortened the softmax (session
   // 14), the token costs more than it orders at d = 64 and 128: without it d128 +5..12% unmasked
   // and +2..8% causal, d64 +1.6..3.2% (its 1k unmasked -1%; H100, perf-log session 27). At d = 256

@@ -304,8 +304,9 @@ std::vector<Fp8Case> coverage() {
   // Scores of the blocks visited last far above the offsets kept from the first: by 2^8 to 2^128
   // in the exp2 domain (the offsets are lifted by a power of two), and beyond 2^128 (the exps
   // overflow and the block's scores are recomputed from the codes in global memory: on warp MMAs
-  // in d256, per element in d64 and d128, HOPATTN_EXP_RECOMPUTE_MMA in traits_fp8.hpp). Per-tensor
-  // and block descales, causal, GQA, varlen, d64 (both kernels) and d256 cases.
+  // in d256 and per element in d64 and d128 by default; HOPATTN_EXP_RECOMPUTE_MMA in
+  // traits_fp8.hpp changes it). Per-tensor and block descales, causal, GQA, varlen, d64 (both
+  // kernels) and d256 cases.
   add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; });
   add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 256; c.a.key_gain = 4.f; c.kv_block_rows = 128; });
   add([](Fp8Case& c) { c.a.seqlen_q = 300; c.a.seqlen_k = 700; c.a.gain_keys = 300; c.a.key_gain = 64.f; c.kv_block_rows = 128; });

@@ -67,10 +67,10 @@ struct FwdFp8Traits {
   // The rare recompute on warp MMAs (score_recompute.hpp): where every block recomputes, d256
   // ran 12x faster and d64's 128-row kernel 10x (perf-log, session 55). On in d256, whose hot
   // path it leaves unchanged (1k 1.006, 8k 0.998, 5 rounds, session 56). Not in d128 and d64's
-  // 128-row kernel (no spills, but the hot path read 0.983 at 1k and 0.980 at causal 1k, 5
-  // rounds, session 56: -DHOPATTN_EXP_RECOMPUTE_MMA=2 builds it there) nor in d64's 192-row
-  // kernel (three consumer warpgroups of 152 registers: it spilled 40 bytes into the mainloop,
-  // -1.9% at 1k).
+  // 128-row kernel: no spills, but d128 1k read 0.983 and d64 causal 1k 0.980 (d128 causal 1k
+  // and 8k 1.00-1.01; 5 rounds, session 56), an instruction-order effect (same counts in the
+  // SASS); -DHOPATTN_EXP_RECOMPUTE_MMA=2 builds it there. Never in d64's 192-row kernel (three
+  // consumer warpgroups of 152 registers: it spilled 40 bytes into the mainloop, -1.9% at 1k).
   static constexpr bool kRecomputeOnTensorCores =
       kBlockM_ == 128 && ((HOPATTN_EXP_RECOMPUTE_MMA >= 1 && kHeadDim_ >= 256) || HOPATTN_EXP_RECOMPUTE_MMA >= 2);
   // Pingpong (traits.hpp): d = 256 only. Since the max-free blocks shortened the softmax (session

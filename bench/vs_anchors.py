@@ -59,15 +59,30 @@ def load_anchors(directory: Path, gpu: str) -> dict:
     return out
 
 
+def is_plain_grid_record(r: dict) -> bool:
+    """Dense self-attention as the anchors ran it: no window, softcap, GQA, ablation variant or
+    non-default backward knob (hopattn-bench records carry those fields; peers.py's do not)."""
+    if any(k not in r for k in ("impl", "direction", "hdim", "causal", "seqlen")) or r.get("tflops") is None:
+        return False
+    knobs = ("lag_dq_min_steps", "dq_convert_sms", "split_tail_tiles", "dq_from_stored_ds")
+    return (r.get("seqlen_k", r["seqlen"]) == r["seqlen"] and r.get("hdim_v", r["hdim"]) == r["hdim"]
+            and r.get("nheads_k", r.get("nheads")) == r.get("nheads")
+            and r.get("window_left", -1) == -1 and r.get("window_right", -1) == -1
+            and not r.get("softcap") and r.get("variant", "default") in ("default", "", None)
+            and not r.get("deterministic") and all(not r.get(k) for k in knobs))
+
+
 def measured(records: list[dict]) -> dict:
-    """(impl, direction, hdim, causal, seqlen) -> TFLOP/s, for plain grid records."""
+    """(impl, direction, hdim, causal, seqlen) -> TFLOP/s, for plain grid records. hopattn-bench
+    names its e4m3 runs "hopattn" with dtype e4m3: they are filed as "hopattn-fp8"."""
     out = {}
     for r in records:
-        if r.get("tflops") is None or r.get("seqlen_k", r["seqlen"]) != r["seqlen"]:
+        if not is_plain_grid_record(r):
             continue
-        if r.get("nheads_k", r.get("nheads")) != r.get("nheads"):
-            continue  # GQA runs have no anchor
-        out[(r["impl"], r["direction"], r["hdim"], bool(r["causal"]), r["seqlen"])] = r["tflops"]
+        impl = r["impl"]
+        if r.get("dtype") == "e4m3" and not impl.startswith("hopattn-fp8"):
+            impl = f"{impl}-fp8"
+        out[(impl, r["direction"], r["hdim"], bool(r["causal"]), r["seqlen"])] = r["tflops"]
     return out
 
 

@@ -33,7 +33,9 @@ def test_cells_against_each_anchor_column(tmp_path):
     records = [record("cudnn", "fwd", 550.0), record("hopattn", "fwd", 660.0),
                record("cudnn", "bwd", 300.0), record("hopattn", "bwd", 360.0),
                record("hopattn-fp8", "fwd", 990.0),
-               record("hopattn", "fwd", 1.0, nheads_k=4)]  # GQA: no anchor, must be ignored
+               record("hopattn", "fwd", 1.0, nheads_k=4),  # GQA: no anchor, must be ignored
+               record("hopattn", "fwd", 1.0, window_left=64),  # a window: not the grid
+               record("hopattn", "bwd", 1.0, dq_from_stored_ds=1)]  # a knob variant: not the rule's
     results = tmp_path / "r.json"
     results.write_text(json.dumps(records))
     out = run(results, tmp_path)
@@ -49,6 +51,18 @@ def test_cells_against_each_anchor_column(tmp_path):
     # FP8 against the FP8 column over cuDNN bf16: 990 / 900 = 1.10; (990 / 550) / (900 / 500) = 1.00
     fp8 = text.split("## hopattn-fp8 fwd")[1]
     assert "| 128 | no | - | 1.10 |" in fp8 and "| 128 | no | - | 1.00 |" in fp8
+
+
+def test_hopattn_bench_e4m3_records_meet_the_fp8_column(tmp_path):
+    # hopattn-bench names its e4m3 runs "hopattn" with dtype e4m3: 945 / 900 = 1.05, not 945 / 600.
+    write_anchors(tmp_path)
+    results = tmp_path / "r.json"
+    results.write_text(json.dumps([record("hopattn", "fwd", 945.0, dtype="e4m3", kernel="fwd_sm90_e4m3_hd128",
+                                          window_left=-1, window_right=-1, softcap=0.0, variant="default")]))
+    out = run(results, tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "## hopattn-fp8 fwd against FlashAttention-3's FP8 forward" in out.stdout
+    assert "| 128 | no | - | 1.05 |" in out.stdout and "## hopattn fwd" not in out.stdout
 
 
 def test_missing_anchors_is_an_error(tmp_path):

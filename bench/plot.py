@@ -24,6 +24,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from grid_records import is_plain_grid_record  # noqa: E402  (bench/, the script's folder)
+
 BENCH_DIR = Path(__file__).resolve().parent
 IMPL_ORDER = ["fa2", "cudnn", "fa3", "fa3-fp8", "hopattn"]
 LABELS = {"fa2": "FlashAttention-2", "cudnn": "cuDNN", "fa3": "FlashAttention-3",
@@ -34,19 +36,12 @@ COLORS = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#dd8452", "#937860", "#da
 # ---- Loading -------------------------------------------------------------------------------
 
 
-def _is_plain_grid_record(r: dict) -> bool:
-    """Dense self-attention without window, softcap or ablation variant (what the grid runs)."""
-    return (r.get("seqlen_k", r["seqlen"]) == r["seqlen"]
-            and r.get("window_left", -1) == -1 and r.get("window_right", -1) == -1
-            and not r.get("softcap") and r.get("variant", "default") == "default")
-
-
 def normalize(raw: dict) -> list:
     """Records {impl, direction, dtype, hdim, causal, seqlen, tflops, gpu, nheads, nheads_k} from any known format."""
     base = {"hdim": raw["hdim"], "causal": bool(raw["causal"]), "seqlen": raw["seqlen"],
             "gpu": raw.get("gpu", ""), "nheads": raw.get("nheads"), "nheads_k": raw.get("nheads_k")}
     if "direction" in raw:  # hopattn-bench / peers.py
-        if not _is_plain_grid_record(raw):
+        if not is_plain_grid_record(raw):
             return []
         return [dict(base, impl=raw["impl"], direction=raw["direction"],
                      dtype=raw.get("dtype", "bf16"), tflops=raw.get("tflops"))]

@@ -25,6 +25,8 @@ import json
 import sys
 from pathlib import Path
 
+from grid_records import is_plain_grid_record  # bench/, the script's folder
+
 ROOT = Path(__file__).resolve().parents[1]
 SEQLENS = [512, 1024, 2048, 4096, 8192, 16384]
 
@@ -59,16 +61,15 @@ def load_anchors(directory: Path, gpu: str) -> dict:
     return out
 
 
-def is_plain_grid_record(r: dict) -> bool:
-    """Dense self-attention as the anchors ran it: no window, softcap, GQA, ablation variant or
-    non-default backward knob (hopattn-bench records carry those fields; peers.py's do not)."""
+def is_anchor_cell(r: dict) -> bool:
+    """A grid record (grid_records.py) as the anchors ran it: also no GQA, no head_dim_v of its
+    own, no deterministic mode or non-default backward knob (hopattn-bench records carry those
+    fields; peers.py's do not)."""
     if any(k not in r for k in ("impl", "direction", "hdim", "causal", "seqlen")) or r.get("tflops") is None:
         return False
     knobs = ("lag_dq_min_steps", "dq_convert_sms", "split_tail_tiles", "dq_from_stored_ds")
-    return (r.get("seqlen_k", r["seqlen"]) == r["seqlen"] and r.get("hdim_v", r["hdim"]) == r["hdim"]
+    return (is_plain_grid_record(r) and r.get("hdim_v", r["hdim"]) == r["hdim"]
             and r.get("nheads_k", r.get("nheads")) == r.get("nheads")
-            and r.get("window_left", -1) == -1 and r.get("window_right", -1) == -1
-            and not r.get("softcap") and r.get("variant", "default") in ("default", "", None)
             and not r.get("deterministic") and all(not r.get(k) for k in knobs))
 
 
@@ -77,7 +78,7 @@ def measured(records: list[dict]) -> dict:
     names its e4m3 runs "hopattn" with dtype e4m3: they are filed as "hopattn-fp8"."""
     out = {}
     for r in records:
-        if not is_plain_grid_record(r):
+        if not is_anchor_cell(r):
             continue
         impl = r["impl"]
         if r.get("dtype") == "e4m3" and not impl.startswith("hopattn-fp8"):

@@ -261,6 +261,9 @@ void launch(const FwdArgs& a, void* workspace, cudaStream_t stream) {
 #ifdef HOPATTN_EXP_TIMELINE
   timeline_print_kernel<<<1, 1, 0, stream>>>(/*bwd=*/false);
 #endif
+#ifdef HOPATTN_EXP_BLOCK_PROBE
+  block_probe_print_kernel<<<1, 1, 0, stream>>>();
+#endif
 }
 
 // What make_params decides, for Plan::ctas_per_cluster.

@@ -105,4 +105,42 @@ struct Timeline {
 };
 #endif
 
+// Experiment probe, compiled only with -DHOPATTN_EXP_BLOCK_PROBE=<cta> (tools/fwd-block-probe):
+// SM clock stamps per key block (the first kProbeBlocks blocks each role of that CTA handles,
+// counted across tiles), for the order in which the loads, transposes and GEMM waits meet (the
+// FP8 kernel's V chain, perf-log session 58). Each role counts its own blocks; the 16-bit
+// producer stamps nothing. Printed after the forward by block_probe_print_kernel as
+// "blockprobe j: <events>" (tools/block-probe-summary reads them).
+enum BlockProbeEvent : int {
+  kPbVIssued,     // the loader issued V_j
+  kPbKIssued,     // the loader issued K_j
+  kPbVLanded,     // transposer thread 32: V_j landed (its wait passed)
+  kPbSlotFree,    // transposer thread 32: V^T_j's slot free
+  kPbVtDone,      // transposer thread 32: its part of V^T_j written and released
+  kPbVtDoneT0,    // transposer thread 0 (d256: the warp with the most ranges, 6 of 16): the same
+  kPbKWaited,     // consumer warpgroup 0: K_j landed (its wait passed)
+  kPbKReleased,   // consumer warpgroup 1: K_j released
+  kPbPvIssued,    // consumer warpgroup 0: the wait for V^T_j passed (P V_j issues)
+  kPbVReleased,   // consumer warpgroup 1: V^T_j's slot released
+  kNumBlockProbeEvents
+};
+#ifdef HOPATTN_EXP_BLOCK_PROBE
+constexpr int kProbeBlocks = 96;
+static __device__ long long block_probe_stamps[kProbeBlocks][kNumBlockProbeEvents];
+__device__ __forceinline__ void block_probe_mark(int j, int event) {
+  if (int(blockIdx.x) == HOPATTN_EXP_BLOCK_PROBE && j >= 0 && j < kProbeBlocks) block_probe_stamps[j][event] = clock64();
+}
+static __global__ void block_probe_print_kernel() {
+  static_assert(kNumBlockProbeEvents == 10, "the line below prints every event");
+  for (int j = 0; j < kProbeBlocks; ++j) {
+    long long* e = block_probe_stamps[j];
+    printf("blockprobe %d: %lld %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", j, e[0], e[1], e[2], e[3], e[4], e[5],
+           e[6], e[7], e[8], e[9]);
+    for (int k = 0; k < kNumBlockProbeEvents; ++k) e[k] = 0;  // a shorter next launch leaves no stale blocks
+  }
+}
+#else
+__device__ __forceinline__ void block_probe_mark(int, int) {}
+#endif
+
 }  // namespace hopattn::kernels::fwd

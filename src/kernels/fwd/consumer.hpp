@@ -87,9 +87,7 @@ struct Consumer {
   PipeState<T::kQStages> q_pipe;
   Fp8TileScales<kRows, T::kFp8> fp8;  // this tile's descales (FP8 only; every factor 1 otherwise)
   Timeline timeline;                  // experiment probe (timeline.hpp); empty unless enabled
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-  int probe_k = 0, probe_v = 0;  // block probe (timeline.hpp): K and V^T blocks released so far
-#endif
+  BlockProbeCounter probe_k, probe_v;  // block probe (timeline.hpp): K and V^T blocks released so far
   std::conditional_t<T::kWarpSpecialized, NoInlineLoader, InlineLoader<T>> loader;  // see the header
 
   // Timing experiment (session 46, .deps/s47/c1.sh): no softcap or mask code, to see what the
@@ -291,9 +289,7 @@ struct Consumer {
   __device__ __forceinline__ void issue_scores(MmaQK& mma_qk, TQ& tSrQ, TK& tSrK, TS& tSrS) {
     using namespace cute;
     wait_full(smem.k_full[k_pipe.stage], k_pipe.phase);
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-    if (tid == 0) block_probe_mark(probe_k, kPbKWaited);
-#endif
+    probe_k.mark(kPbKWaited, tid == 0);
     issue_wgmma<true, false>(mma_qk, tSrQ, tSrK(_, _, _, k_pipe.stage), tSrS);
   }
   // width: the block's width for this warpgroup, kFullBlock unless it was a tile's first block
@@ -303,9 +299,7 @@ struct Consumer {
   __device__ __forceinline__ void issue_pv(MmaPV& mma_pv, TP& tOrP, TV& tOrVt, TO& tOrO, int width = kFullBlock) {
     using namespace cute;
     wait_full(smem.v_full[v_pipe.stage], v_pipe.phase);
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-    if (tid == 0) block_probe_mark(probe_v, kPbPvIssued);
-#endif
+    probe_v.mark(kPbPvIssued, tid == 0);
     constexpr int kNarrowSlices = T::kNarrowFirstPv ? T::kNarrowKeys / 16 : -1;  // k16 slices
     auto tOrVt_stage = tOrVt(_, _, _, v_pipe.stage);
     if (T::kEmptyFirstBlock && width == kEmptyBlock) {
@@ -331,18 +325,14 @@ struct Consumer {
   __device__ __forceinline__ void release_k() {
     release(smem.k_empty[k_pipe.stage]);
     k_pipe.advance();
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-    if (tid == 128) block_probe_mark(probe_k, kPbKReleased);
-    ++probe_k;
-#endif
+    probe_k.mark(kPbKReleased, tid == 128);
+    probe_k.next();
   }
   __device__ __forceinline__ void release_v() {
     release(smem.v_empty[v_pipe.stage]);
     v_pipe.advance();
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-    if (tid == 128) block_probe_mark(probe_v, kPbVReleased);
-    ++probe_v;
-#endif
+    probe_v.mark(kPbVReleased, tid == 128);
+    probe_v.next();
   }
   __device__ __forceinline__ void release_q() {
     release(smem.q_empty[q_pipe.stage]);

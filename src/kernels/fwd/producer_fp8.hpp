@@ -61,9 +61,7 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
   PipeState<T::kQStages> q_pipe;
   TileRingState ring;
   Timeline timeline(0);  // experiment probe (timeline.hpp)
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-  int probe_issued = 0;  // blocks issued so far (block probe, timeline.hpp)
-#endif
+  BlockProbeCounter probe;  // blocks issued so far (block probe, timeline.hpp)
   int tile = sched.first_tile();
   publish_tile(smem.tiles, ring, tile);
   // The next tile is claimed once this tile's loads are issued, as in producer.hpp: +0.9..6.4%
@@ -113,9 +111,7 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
         const float k_scale = scales.k(n), v_scale = scales.v(n);
         wait_empty(smem.k_empty[k_pipe.stage], k_pipe.phase);
         issue_k(n, k_pipe.stage, k_pipe.phase);  // announces the bytes, no arrive (as Q's above)
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-        block_probe_mark(probe_issued, kPbKIssued);
-#endif
+        probe.mark(kPbKIssued);
         compiler_memory_fence();
         smem.k_descale[k_pipe.stage] = k_scale;
         smem.v_descale[k_pipe.stage] = v_scale;
@@ -124,9 +120,8 @@ __device__ void fp8_loader_loop(const FwdKernelParams<T>& p, typename T::SharedS
         wait_empty(smem.v_stage_empty[v_pipe.stage], v_pipe.phase);
         issue_v(n, v_pipe.stage, v_pipe.phase);
         v_pipe.advance();
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-        block_probe_mark(probe_issued++, kPbVIssued);
-#endif
+        probe.mark(kPbVIssued);
+        probe.next();
       }
     };
 
@@ -179,9 +174,7 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
   int staged_tile = -1;  // kOutputInRing: the last tile whose O the consumers stage in the ring (-1: none)
   Timeline timeline(kTransposerRole, kOutputInRing && tid == 0);  // experiment probe (timeline.hpp)
   uint32_t staged_phase = 0;
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-  int probe_j = 0;  // blocks transposed so far (block probe, timeline.hpp)
-#endif
+  BlockProbeCounter probe;  // blocks transposed so far (block probe, timeline.hpp)
   for (int tile = receive_tile(smem.tiles, ring); tile < sched.num_tiles; tile = receive_tile(smem.tiles, ring)) {
     timeline.next_tile();
     timeline.mark(kTransposerReceived);
@@ -204,24 +197,18 @@ __device__ void fp8_transpose_loop(const FwdKernelParams<T>& p, typename T::Shar
     for (int blocks = n_end - n_begin; blocks > 0; --blocks) {
       const int stage = pipe.stage();
       wait_full(smem.v_stage_full[stage], pipe.phase());
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-      if (tid == 32) block_probe_mark(probe_j, kPbVLanded);
-#endif
+      probe.mark(kPbVLanded, tid == 32);
       wait_empty(smem.v_empty[stage], pipe.phase());
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-      if (tid == 32) block_probe_mark(probe_j, kPbSlotFree);
-#endif
+      probe.mark(kPbSlotFree, tid == 32);
       Transpose::run(v_stage_base, vt_base, stage, tid);
       cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> WGMMA reads
       release(smem.v_full[stage]);
       if (blocks == n_end - n_begin) timeline.mark(kFirstVtReleased);
       release(smem.v_stage_empty[stage]);
       pipe.advance();
-#ifdef HOPATTN_EXP_BLOCK_PROBE
-      if (tid == 32) block_probe_mark(probe_j, kPbVtDone);
-      if (tid == 0) block_probe_mark(probe_j, kPbVtDoneT0);
-      ++probe_j;
-#endif
+      probe.mark(kPbVtDone, tid == 32);
+      probe.mark(kPbVtDoneT0, tid == 0);
+      probe.next();
       if (kOutputInRing && rest_pending) {  // the other warpgroup's store has read its slot too
         if (tid == 0) cute::tma_store_wait<0>();
         named_barrier_sync(kTransposerBarrier, T::kNumTransposeThreads);

@@ -139,8 +139,19 @@ static __global__ void block_probe_print_kernel() {
     for (int k = 0; k < kNumBlockProbeEvents; ++k) e[k] = 0;  // a shorter next launch leaves no stale blocks
   }
 }
+// One role's block count; mark() stamps block `count` where the caller's thread records.
+struct BlockProbeCounter {
+  int count = 0;
+  __device__ __forceinline__ void mark(int event, bool records = true) const {
+    if (records) block_probe_mark(count, event);
+  }
+  __device__ __forceinline__ void next() { ++count; }
+};
 #else
-__device__ __forceinline__ void block_probe_mark(int, int) {}
+struct BlockProbeCounter {  // without the switch every call compiles to nothing
+  __device__ __forceinline__ void mark(int, bool = true) const {}
+  __device__ __forceinline__ void next() {}
+};
 #endif
 
 }  // namespace hopattn::kernels::fwd
